@@ -1,0 +1,74 @@
+"""Names that the CRD, the operator, the renderers and users' tooling all depend on.
+
+Everything here is part of the public contract: changing a value is a breaking change.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GROUP: Final = "tritonllm.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "TritonLLMDeployment"
+PLURAL: Final = "tritonllmdeployments"
+SINGULAR: Final = "tritonllmdeployment"
+SHORT_NAMES: Final = ("tllm",)
+CATEGORIES: Final = ("all", "tritonllm")
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+FIELD_MANAGER: Final = "tritonllm"
+
+# Longest metadata.name we accept: children append suffixes such as "-build-<8 hex>" (15 chars)
+# and Service names must stay DNS-1035 labels of at most 63 characters.
+MAX_NAME_LENGTH: Final = 40
+
+# --- labels -------------------------------------------------------------------------------
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_ENGINE_KEY: Final = f"{GROUP}/engine-key"
+LABEL_REPO_KEY: Final = f"{GROUP}/repository-key"
+LABEL_DEPLOYMENT: Final = f"{GROUP}/deployment"
+
+APP_NAME: Final = "tritonllm"
+
+COMPONENT_SERVER: Final = "server"
+COMPONENT_BUILD: Final = "engine-build"
+COMPONENT_REPOSITORY: Final = "model-repository"
+COMPONENT_STORE: Final = "model-store"
+
+# --- annotations --------------------------------------------------------------------------
+ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
+ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"
+
+# --- well-known Kubernetes keys -----------------------------------------------------------
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+
+# --- ports (Triton defaults; the Service exposes them under these names) -------------------
+HTTP_PORT: Final = 8000
+GRPC_PORT: Final = 8001
+METRICS_PORT: Final = 8002
+
+# --- paths inside pods --------------------------------------------------------------------
+STORE_MOUNT: Final = "/store"          # the model-store PVC
+TOOLS_MOUNT: Final = "/opt/tritonllm"  # tritonllm's in-pod entry points (copied by an init container)
+PLAN_MOUNT: Final = "/etc/tritonllm"   # rendered plans (ConfigMap)
+SHM_MOUNT: Final = "/dev/shm"
+
+# --- condition types (metav1.Condition style; no "phase") --------------------------------
+COND_ENGINE_READY: Final = "EngineReady"
+COND_REPOSITORY_READY: Final = "RepositoryReady"
+COND_AVAILABLE: Final = "Available"
+COND_PROGRESSING: Final = "Progressing"
+COND_DEGRADED: Final = "Degraded"
+CONDITION_TYPES: Final = (
+    COND_ENGINE_READY,
+    COND_REPOSITORY_READY,
+    COND_AVAILABLE,
+    COND_PROGRESSING,
+    COND_DEGRADED,
+)

@@ -1,0 +1,281 @@
+"""The whole TritonLLMDeployment object, and the one function that turns user input into it.
+
+`parse_deployment` is the operator's and the CLI's gate: it applies the schema (types, bounds,
+enums, defaults), every cross-field rule (the same ones the CRD enforces with CEL) and the checks
+that need knowledge the API server lacks (image tag -> TensorRT-LLM version, GPU architecture). It
+reports *all* problems at once, each naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import constants as c
+from .spec import (
+    DNS_LABEL_PATTERN,
+    IMAGE_PATTERN,
+    QUANTITY_PATTERN,
+    SOURCE_PATTERN,
+    VERSION_PATTERN,
+    TritonLLMDeploymentSpec,
+    rule_violations,
+)
+from .status import TritonLLMDeploymentStatus
+from .versions import (
+    LLMAPI_SINCE,
+    NEWEST_ENGINE_PATH,
+    OLDEST_SUPPORTED,
+    TrtllmVersion,
+    version_for_image,
+)
+
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"  # DNS-1035: Service names must start with a letter
+
+
+class Metadata(BaseModel):
+    """The part of ObjectMeta the operator reads."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=c.MAX_NAME_LENGTH)
+    namespace: str = Field(default="default", pattern=DNS_LABEL_PATTERN, max_length=63)
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TritonLLMDeployment(BaseModel):
+    """A parsed, validated TritonLLMDeployment."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    apiVersion: str = c.API_VERSION
+    kind: str = c.KIND
+    metadata: Metadata
+    spec: TritonLLMDeploymentSpec
+    status: TritonLLMDeploymentStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def trtllm_version(self) -> TrtllmVersion:
+        """The TensorRT-LLM version of spec.image (parse_deployment guarantees one exists)."""
+        v = resolve_trtllm_version(self.spec)
+        assert v is not None
+        return v
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldError:
+    """One problem with user input: the field's full path and what to do about it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class InvalidDeployment(ValueError):
+    """Raised by parse_deployment with every problem found."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+# Friendly descriptions for pattern errors (pydantic's default repeats the regex).
+_PATTERN_HINTS = {
+    IMAGE_PATTERN: "must be an image reference such as "
+    "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3 (lower-case path, optional :tag "
+    "and @sha256:digest)",
+    SOURCE_PATTERN: "must be hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path>",
+    QUANTITY_PATTERN: "must be a Kubernetes quantity such as 8Gi or 500M",
+    VERSION_PATTERN: "must be a version such as 0.13.0",
+    NAME_PATTERN: f"must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
+    f"letter, at most {c.MAX_NAME_LENGTH} characters)",
+    DNS_LABEL_PATTERN: "must be a DNS label (lower-case letters, digits and '-')",
+}
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _pydantic_errors(exc: ValidationError) -> list[FieldError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        # Drop pydantic's internal union/literal tags (e.g. 'literal[...]') from the path.
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p))
+        field = _loc(loc)
+        kind = err["type"]
+        msg = err["msg"]
+        if kind == "string_pattern_mismatch":
+            pattern = (err.get("ctx") or {}).get("pattern", "")
+            msg = _PATTERN_HINTS.get(pattern, f"must match {pattern}")
+        elif kind == "missing":
+            msg = "is required"
+        elif kind == "extra_forbidden":
+            msg = "is not a field of TritonLLMDeployment; check its spelling (`kubectl explain "
+            "tllm.spec`)"
+        elif kind.startswith("literal_error"):
+            msg = msg.replace("Input should be", "must be")
+        else:
+            msg = msg.replace("Input should be", "must be")
+        out.append(FieldError(field, msg))
+    return out
+
+
+def resolve_trtllm_version(spec: TritonLLMDeploymentSpec) -> TrtllmVersion | None:
+    """spec.trtllmVersion if set, else the version the image tag implies."""
+    if spec.trtllmVersion:
+        return TrtllmVersion(spec.trtllmVersion)
+    return version_for_image(spec.image)
+
+
+# GPU products (nvidia.com/gpu.product values, matched by substring) by architecture.
+_ARCH_MARKERS = (
+    ("blackwell", ("B100", "B200", "GB200", "B300", "RTX-PRO-6000", "RTX-5090")),
+    ("hopper", ("H100", "H200", "H800", "H20", "GH200")),
+    ("ada", ("L40", "L4", "RTX-4090", "RTX-6000-Ada", "L20")),
+    ("ampere", ("A100", "A800", "A10", "A30", "A40", "A16", "A2", "RTX-A6000", "RTX-3090")),
+    ("turing", ("T4", "RTX-2080", "Quadro-RTX")),
+    ("volta", ("V100",)),
+)
+_ARCH_ORDER = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
+# Minimum architecture per quantization format (TensorRT-LLM / ModelOpt support matrices).
+_MIN_ARCH = {"fp8": "ada", "w4a8_awq": "ada", "nvfp4": "blackwell"}
+
+
+def gpu_architecture(product: str) -> str | None:
+    """The architecture of a GPU product label value, or None when we do not know it."""
+    upper = product.upper()
+    for arch, markers in _ARCH_MARKERS:
+        if any(m.upper() in upper for m in markers):
+            return arch
+    return None
+
+
+def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
+    errors: list[FieldError] = []
+    version = resolve_trtllm_version(spec)
+    if version is None:
+        errors.append(
+            FieldError(
+                "spec.trtllmVersion",
+                f"cannot tell the TensorRT-LLM version of image {spec.image!r} (not an NGC "
+                "<yy.mm>-trtllm-python-py3 tag we know); set spec.trtllmVersion to the version "
+                "the image carries",
+            )
+        )
+    else:
+        if version < OLDEST_SUPPORTED:
+            errors.append(
+                FieldError(
+                    "spec.image",
+                    f"TensorRT-LLM {version} is older than the oldest supported "
+                    f"({OLDEST_SUPPORTED}); use tritonserver:24.04-trtllm-python-py3 or newer",
+                )
+            )
+        if spec.runtime == "engine" and version > NEWEST_ENGINE_PATH:
+            errors.append(
+                FieldError(
+                    "spec.runtime",
+                    f"TensorRT-LLM {version} has no engine (trtllm-build) path; the last release "
+                    f"with it is {NEWEST_ENGINE_PATH} (tritonserver:26.07): use runtime llmapi "
+                    "or an older image",
+                )
+            )
+        if spec.runtime == "llmapi" and version < LLMAPI_SINCE:
+            errors.append(
+                FieldError(
+                    "spec.runtime",
+                    f"runtime llmapi needs TensorRT-LLM >= {LLMAPI_SINCE} (tritonserver:25.05+); "
+                    f"the image has {version}: use runtime engine or a newer image",
+                )
+            )
+        fmt = spec.engine.quantization.format
+        if fmt == "nvfp4" and version < TrtllmVersion("0.17.0"):
+            errors.append(
+                FieldError(
+                    "spec.engine.quantization.format",
+                    f"nvfp4 needs TensorRT-LLM >= 0.17 (the image has {version})",
+                )
+            )
+    fmt = spec.engine.quantization.format
+    kv = spec.engine.quantization.kvCacheDtype
+    for what, value, field in (
+        (fmt, fmt, "spec.engine.quantization.format"),
+        ("fp8" if kv == "fp8" else "", kv, "spec.engine.quantization.kvCacheDtype"),
+    ):
+        need = _MIN_ARCH.get(what)
+        if not need or not spec.gpu.product:
+            continue
+        arch = gpu_architecture(spec.gpu.product)
+        if arch and _ARCH_ORDER.index(arch) < _ARCH_ORDER.index(need):
+            errors.append(
+                FieldError(
+                    field,
+                    f"{value} needs a {need.capitalize()} or newer GPU, but gpu.product "
+                    f"{spec.gpu.product} is {arch.capitalize()}; choose another format "
+                    "(int4_awq, int8_sq) or GPU",
+                )
+            )
+    if spec.podTemplate.shmSize and re.fullmatch(QUANTITY_PATTERN, spec.podTemplate.shmSize):
+        from .spec import quantity_bytes
+
+        if quantity_bytes(spec.podTemplate.shmSize) > quantity_bytes(
+            spec.podTemplate.resources.memory
+        ):
+            errors.append(
+                FieldError(
+                    "spec.podTemplate.shmSize",
+                    "/dev/shm counts against the pod's memory: shmSize must not exceed "
+                    "podTemplate.resources.memory",
+                )
+            )
+    return errors
+
+
+def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
+    """Validate a TritonLLMDeployment given as a dict (YAML, or the body kopf hands us).
+
+    Raises InvalidDeployment listing every problem; on success the result has every default
+    filled in and passes every rule the CRD has, plus the version and GPU checks.
+    """
+    errors: list[FieldError] = []
+    if not isinstance(obj, dict):
+        raise InvalidDeployment([FieldError("(root)", "must be a mapping (a YAML object)")])
+    if obj.get("kind", c.KIND) != c.KIND:
+        errors.append(FieldError("kind", f"must be {c.KIND}, got {obj.get('kind')!r}"))
+    if obj.get("apiVersion", c.API_VERSION) != c.API_VERSION:
+        errors.append(
+            FieldError("apiVersion", f"must be {c.API_VERSION}, got {obj.get('apiVersion')!r}")
+        )
+    body = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
+    if body["spec"] is None:
+        errors.append(FieldError("spec", "is required"))
+        raise InvalidDeployment(errors)
+    try:
+        dep = TritonLLMDeployment.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidDeployment(errors + _pydantic_errors(exc)) from None
+    errors += [FieldError(v.field, v.message) for v in rule_violations(dep.spec)]
+    errors += _semantic_errors(dep.spec)
+    if errors:
+        raise InvalidDeployment(errors)
+    return dep

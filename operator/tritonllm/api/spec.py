@@ -1,0 +1,592 @@
+"""The TritonLLMDeployment spec: what a user writes.
+
+Field docstrings are user documentation: they become the CRD's descriptions and `kubectl explain`.
+Defaults here become schema defaults, so `kubectl get -o yaml` shows them and GitOps tools see no
+drift. Rules that tie several fields together are :class:`~tritonllm.api.base.Rule` objects, enforced
+by CEL at admission and by the same check in Python.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field, StringConstraints
+
+from .base import ApiModel, Rule
+
+# --- reusable field types -------------------------------------------------------------------
+
+# An OCI image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path.
+IMAGE_PATTERN = (
+    r"^(([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+    r"(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+# hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path> (a directory on a PVC).
+SOURCE_PATTERN = (
+    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
+    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/[^\s]+)$"
+)
+# A Kubernetes resource quantity such as 8Gi, 500M, 1.5Ti.
+QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+VERSION_PATTERN = r"^[0-9]+\.[0-9]+(\.[0-9]+)?([.a-z0-9]*)?$"
+
+def _quantity_to_str(v: Any) -> Any:
+    # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both.
+    return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+
+
+Quantity = Annotated[
+    str,
+    StringConstraints(pattern=QUANTITY_PATTERN),
+    BeforeValidator(_quantity_to_str),
+    Field(json_schema_extra={"x-quantity": True}),
+]
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
+DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
+
+Dtype = Literal["float16", "bfloat16", "float32"]
+QuantFormat = Literal[
+    "none", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "int8_sq", "fp8", "nvfp4"
+]
+PluginDtype = Literal["auto", "float16", "bfloat16", "float32", "disable"]
+
+# Quantization formats that need weights in a 16-bit float type.
+FORMATS_NEEDING_16BIT = ("int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "fp8", "nvfp4")
+# Formats produced by ModelOpt's quantize.py (the others go through convert_checkpoint.py).
+MODELOPT_FORMATS = ("int4_awq", "w4a8_awq", "int8_sq", "fp8", "nvfp4")
+
+
+def quantity_bytes(q: str) -> float:
+    """Bytes in a Kubernetes quantity (only the suffixes QUANTITY_PATTERN admits)."""
+    m = re.fullmatch(QUANTITY_PATTERN, q)
+    if not m:
+        raise ValueError(f"not a quantity: {q!r}")
+    scale = {
+        None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    }[m.group(3)]
+    return float(m.group(1)) * scale
+
+
+# --- model source ---------------------------------------------------------------------------
+
+
+class Credentials(ApiModel):
+    """Where the Hugging Face token lives."""
+
+    secretName: DnsSubdomain
+    """Name of a Secret in the deployment's namespace holding the token."""
+    key: str = Field(default="HF_TOKEN", min_length=1, max_length=253)
+    """Key in that Secret whose value is the token."""
+
+
+class Tokenizer(ApiModel):
+    """The tokenizer used by the preprocessing and postprocessing models."""
+
+    source: str | None = Field(default=None, pattern=SOURCE_PATTERN)
+    """hf://org/name or pvc://claim/path of the tokenizer; empty means the model's own files."""
+    type: Literal["auto", "llama", "t5"] = "auto"
+    """Tokenizer family. `auto` loads it with transformers' AutoTokenizer, which suits almost every
+    model; `llama` and `t5` exist for old guides that set tokenizer_type."""
+    addSpecialTokens: bool = True
+    """Add special tokens (such as BOS) when tokenizing prompts."""
+    skipSpecialTokens: bool = True
+    """Drop special tokens when detokenizing outputs."""
+
+
+ModelArchitecture = Literal[
+    "auto", "gpt2", "llama", "mistral", "mixtral", "qwen2", "gemma", "phi3", "falcon"
+]
+
+
+class ModelSource(ApiModel):
+    """The model to serve and where its weights come from."""
+
+    source: str = Field(pattern=SOURCE_PATTERN, max_length=512)
+    """hf://<org>/<name> to download from the Hugging Face Hub, or pvc://<claim>/<path> for a
+    checkpoint already on a PersistentVolumeClaim in the same namespace."""
+    revision: str = Field(default="main", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$")
+    """Hub revision (branch, tag or commit). Part of the engine key: pin a commit for
+    reproducible engines."""
+    architecture: ModelArchitecture = "auto"
+    """Model family, which picks the checkpoint converter. `auto` reads it from the checkpoint's
+    config.json (`architectures`/`model_type`) at build time."""
+    tokenizer: Tokenizer = Field(default_factory=Tokenizer)
+    """Tokenizer settings; defaults to the model's own tokenizer."""
+    credentials: Credentials | None = None
+    """Secret holding a Hugging Face token, for gated or private models."""
+    trustRemoteCode: bool = False
+    """Allow the tokenizer/model to run code shipped with the checkpoint (needed by some
+    custom tokenizers)."""
+
+
+# --- engine ---------------------------------------------------------------------------------
+
+
+class Quantization(ApiModel):
+    """Weight and KV-cache quantization applied while building the engine."""
+
+    format: QuantFormat = "none"
+    """none (weights in engine.dtype); int8_wo/int4_wo (weight-only, convert_checkpoint);
+    int4_awq/w4a8_awq/int8_sq/fp8/nvfp4 (ModelOpt quantize.py with calibration). fp8 and
+    w4a8_awq need Ada/Hopper or newer, nvfp4 needs Blackwell."""
+    awqBlockSize: Literal[64, 128] = 128
+    """Group size for AWQ formats (quantize.py --awq_block_size)."""
+    kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
+    """KV-cache quantization; none keeps the model dtype."""
+    calibrationSize: int = Field(default=512, ge=1, le=65536)
+    """Number of calibration samples for the ModelOpt formats (--calib_size)."""
+    calibrationDataset: str | None = Field(default=None, max_length=512)
+    """Calibration dataset (Hub id or a path under the model store); empty uses the tool's
+    default (cnn_dailymail), which needs Hub access from the build Job."""
+
+
+class Parallelism(ApiModel):
+    """How the model is split across GPUs. world size = tensor x pipeline = MPI ranks = GPUs."""
+
+    tensor: int = Field(default=1, ge=1, le=64)
+    """Tensor parallelism (tp): GPUs that share every layer. Keep a tp group within one node."""
+    pipeline: int = Field(default=1, ge=1, le=64)
+    """Pipeline parallelism (pp): consecutive groups of layers on different GPUs or nodes."""
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor * self.pipeline
+
+
+class BuildLimits(ApiModel):
+    """Limits compiled into the engine (trtllm-build). Requests beyond them are rejected."""
+
+    maxBatchSize: int = Field(default=64, ge=1, le=4096)
+    """Most sequences in flight at once (--max_batch_size); also Triton's max_batch_size."""
+    maxInputLen: int = Field(default=1024, ge=1, le=1048576)
+    """Longest prompt in tokens (--max_input_len)."""
+    maxSeqLen: int = Field(default=2048, ge=2, le=1048576)
+    """Longest prompt plus output in tokens (--max_seq_len); must exceed maxInputLen."""
+    maxNumTokens: int = Field(default=8192, ge=1, le=1048576)
+    """Most tokens in one forward pass across the batch (--max_num_tokens)."""
+    maxBeamWidth: int = Field(default=1, ge=1, le=32)
+    """Largest beam for beam search (--max_beam_width); 1 disables beam search."""
+
+
+class Plugins(ApiModel):
+    """TensorRT-LLM plugin choices for trtllm-build."""
+
+    gemm: PluginDtype = "auto"
+    """--gemm_plugin: auto uses the model dtype; disable uses TensorRT's own GEMMs."""
+    gptAttention: PluginDtype = "auto"
+    """--gpt_attention_plugin."""
+    pagedContextFmha: bool = True
+    """--use_paged_context_fmha; needed for KV-cache reuse and chunked context."""
+    multipleProfiles: bool = False
+    """--multiple_profiles: more TensorRT profiles; slower build, often faster serving."""
+
+
+class EngineSpec(ApiModel):
+    """How the TensorRT-LLM engine is built (engine runtime only). Every field is part of the
+    engine key: changing one builds a new engine while the old one keeps serving."""
+
+    dtype: Dtype = "float16"
+    """Weights and activations type (--dtype)."""
+    quantization: Quantization = Field(default_factory=Quantization)
+    """Quantization applied before the build."""
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Tensor and pipeline parallelism."""
+    limits: BuildLimits = Field(default_factory=BuildLimits)
+    """Build-time limits."""
+    plugins: Plugins = Field(default_factory=Plugins)
+    """Plugin flags."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.limits.maxSeqLen > self.limits.maxInputLen",
+            message="limits.maxSeqLen must be greater than limits.maxInputLen (it counts the "
+            "prompt and the output); raise maxSeqLen or lower maxInputLen",
+            check=lambda s: s.limits.maxSeqLen > s.limits.maxInputLen,
+            field="limits.maxSeqLen",
+        ),
+        Rule(
+            cel="!(self.quantization.format in ['int4_awq', 'w4a8_awq', 'int8_wo', 'int4_wo', "
+            "'fp8', 'nvfp4'] && self.dtype == 'float32')",
+            message="quantization.format needs dtype float16 or bfloat16; set engine.dtype "
+            "accordingly or use quantization.format none",
+            check=lambda s: not (
+                s.quantization.format in FORMATS_NEEDING_16BIT and s.dtype == "float32"
+            ),
+            field="quantization.format",
+        ),
+        Rule(
+            cel="self.quantization.format != 'int8_sq' || self.quantization.kvCacheDtype != 'fp8'",
+            message="quantization.kvCacheDtype fp8 cannot be combined with int8_sq; use int8",
+            check=lambda s: not (
+                s.quantization.format == "int8_sq" and s.quantization.kvCacheDtype == "fp8"
+            ),
+            field="quantization.kvCacheDtype",
+        ),
+    )
+
+
+# --- serving --------------------------------------------------------------------------------
+
+
+class KvCache(ApiModel):
+    """Paged KV-cache settings of the tensorrt_llm model."""
+
+    freeGpuMemFraction: float = Field(default=0.9, gt=0, le=1)
+    """Fraction of GPU memory left free after the engine loads that the KV cache may take
+    (kv_cache_free_gpu_mem_fraction). Lower it when other things share the GPU."""
+    maxTokens: int | None = Field(default=None, ge=1)
+    """Cap on tokens in the paged KV cache (max_tokens_in_paged_kv_cache); empty means only the
+    fraction applies."""
+    enableReuse: bool = False
+    """Reuse KV blocks across requests that share a prefix (enable_kv_cache_reuse); needs
+    engine.plugins.pagedContextFmha."""
+    hostMemoryBytes: int = Field(default=0, ge=0)
+    """Host memory for KV-cache offload (kv_cache_host_memory_bytes); 0 disables offload."""
+
+
+class Instances(ApiModel):
+    """Python model instances (Triton instance_group counts)."""
+
+    preprocessing: int = Field(default=1, ge=1, le=64)
+    """Tokenizer instances."""
+    postprocessing: int = Field(default=1, ge=1, le=64)
+    """Detokenizer instances."""
+    bls: int = Field(default=1, ge=1, le=1024)
+    """tensorrt_llm_bls instances when serving.bls is on; each serves one request at a time,
+    so set it near engine.limits.maxBatchSize."""
+
+
+class ServingSpec(ApiModel):
+    """How Triton serves the model. Changing these rolls the pods; the engine is not rebuilt."""
+
+    replicas: int = Field(default=1, ge=0, le=1000)
+    """Serving replicas (each = world size GPUs). Ignored when autoscaling is set: the
+    HorizontalPodAutoscaler owns the count."""
+    batching: Literal["inflight_fused_batching", "inflight_batching", "V1"] = (
+        "inflight_fused_batching"
+    )
+    """Batching strategy (gpt_model_type). V1 is static batching, deprecated upstream."""
+    schedulerPolicy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
+    """batch_scheduler_policy: guaranteed_no_evict never pauses a started request;
+    max_utilization packs more requests and may pause some."""
+    kvCache: KvCache = Field(default_factory=KvCache)
+    """KV-cache settings."""
+    streaming: bool = False
+    """Decoupled mode: tokens are streamed through generate_stream or gRPC streaming. Plain
+    /infer then no longer works for the ensemble."""
+    maxQueueDelayMicroseconds: int = Field(default=0, ge=0, le=10_000_000)
+    """Triton dynamic batcher delay (max_queue_delay_microseconds)."""
+    maxQueueSize: int = Field(default=0, ge=0, le=1_000_000)
+    """Triton queue cap; 0 means unlimited."""
+    excludeInputInOutput: bool = True
+    """Return only generated text, not the prompt (exclude_input_in_output)."""
+    instances: Instances = Field(default_factory=Instances)
+    """Python model instance counts."""
+    bls: bool = False
+    """Also deploy tensorrt_llm_bls (a Python alternative to the ensemble)."""
+    logitsDatatype: Literal["TYPE_FP32", "TYPE_FP16", "TYPE_BF16"] = "TYPE_FP32"
+    """Type of the logits outputs (logits_datatype); should match the engine's logits dtype."""
+    extraParameters: dict[str, str] = Field(default_factory=dict)
+    """Extra tensorrt_llm parameters (key: value), for backend options this API does not name.
+    Keys must exist in the image's template."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!(self.streaming && self.batching == 'V1')",
+            message="serving.streaming needs in-flight batching: V1 static batching cannot run "
+            "in decoupled mode; set serving.batching to inflight_fused_batching or streaming "
+            "to false",
+            check=lambda s: not (s.streaming and s.batching == "V1"),
+            field="streaming",
+        ),
+        Rule(
+            cel="self.bls || self.instances.bls == 1",
+            message="serving.instances.bls is set but serving.bls is false; enable serving.bls "
+            "or remove instances.bls",
+            check=lambda s: s.bls or s.instances.bls == 1,
+            field="instances.bls",
+        ),
+    )
+
+
+# --- placement, storage, scaling -----------------------------------------------------------
+
+
+class GpuSpec(ApiModel):
+    """The GPUs the engine is built on and served by (they must be the same product)."""
+
+    product: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    """Value of the node label nvidia.com/gpu.product (for example NVIDIA-H100-80GB-HBM3).
+    Engines only load on the GPU architecture that built them, so set it in any cluster with
+    more than one GPU type. Part of the engine key."""
+    perNode: int = Field(default=8, ge=1, le=16)
+    """GPUs per node. World sizes above it are spread over world/perNode nodes."""
+
+
+class PvcCreate(ApiModel):
+    """A PersistentVolumeClaim the operator creates when it does not exist."""
+
+    size: Quantity
+    """Requested size, for example 200Gi."""
+    storageClassName: str | None = Field(default=None, max_length=253)
+    """Storage class; empty uses the cluster default."""
+    accessModes: list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]] = Field(
+        default_factory=lambda: ["ReadWriteMany"], min_length=1
+    )
+    """Access modes. ReadWriteMany lets several pods and nodes share engines."""
+
+
+class StorageSpec(ApiModel):
+    """The model store: a PVC holding weights, engines (/engines/<key>) and model repositories."""
+
+    claimName: DnsSubdomain = "tritonllm-model-store"
+    """PersistentVolumeClaim to use. Deployments sharing a claim share its engine cache."""
+    create: PvcCreate | None = None
+    """Create the claim if it is missing. The operator never deletes a claim."""
+    engineRetention: Literal["Retain", "Delete"] = "Retain"
+    """What happens to this deployment's engines when it is deleted: Retain keeps them as a cache
+    for later deployments; Delete removes engines no other deployment uses."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.claimName == oldSelf.claimName",
+            message="storage.claimName is immutable: engines and repositories live on it; create a "
+            "new deployment to move to another claim",
+            check=lambda s: True,
+            field="claimName",
+            transition=True,
+        ),
+    )
+
+
+AutoscalingMetric = Literal["queueComputeRatio", "pendingRequests", "kvCacheUtilization", "cpu"]
+
+
+class AutoscalingSpec(ApiModel):
+    """A HorizontalPodAutoscaler on the serving workload (through the scale subresource)."""
+
+    minReplicas: int = Field(default=1, ge=1, le=1000)
+    """Fewest replicas."""
+    maxReplicas: int = Field(ge=1, le=1000)
+    """Most replicas."""
+    metric: AutoscalingMetric = "queueComputeRatio"
+    """queueComputeRatio: Triton queue time / compute time (a Pods metric served by a
+    Prometheus adapter as tritonllm_queue_compute_ratio); pendingRequests:
+    nv_inference_pending_request_count; kvCacheUtilization: used/max KV blocks; cpu: CPU
+    utilization (needs no adapter)."""
+    target: str = Field(default="1", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    """Target average value per pod for the metric (a quantity; for cpu, a percentage)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.minReplicas <= self.maxReplicas",
+            message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+            check=lambda s: s.minReplicas <= s.maxReplicas,
+            field="minReplicas",
+        ),
+    )
+
+
+class Toleration(ApiModel):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = None
+    """Taint key; empty with operator Exists matches every taint."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists or Equal."""
+    value: str | None = None
+    """Taint value for Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; empty matches all."""
+    tolerationSeconds: int | None = None
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+
+class Resources(ApiModel):
+    """CPU and memory for the serving container (GPUs come from the parallelism)."""
+
+    cpu: Quantity = "8"
+    """CPU request and limit per pod."""
+    memory: Quantity = "64Gi"
+    """Memory request and limit per pod (/dev/shm counts against it)."""
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the serving and build containers."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Variable name."""
+    value: str = ""
+    """Variable value."""
+
+
+class PodTemplate(ApiModel):
+    """Pod-level settings shared by the build Job and the serving pods."""
+
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Extra node selector (the GPU product is added from gpu.product)."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Extra tolerations (a toleration for the nvidia.com/gpu taint is always added)."""
+    resources: Resources = Field(default_factory=Resources)
+    """CPU and memory per pod."""
+    shmSize: Quantity = "8Gi"
+    """Size of /dev/shm (a memory emptyDir) for the Python backend and NCCL."""
+    serviceAccountName: DnsSubdomain | None = None
+    """Service account for the pods; empty uses the namespace default."""
+    imagePullSecrets: list[DnsSubdomain] = Field(default_factory=list)
+    """Secrets for pulling the Triton image."""
+    priorityClassName: DnsSubdomain | None = None
+    """Priority class for the pods."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Extra pod annotations."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Extra pod labels (the operator's own labels win)."""
+    env: list[EnvVar] = Field(default_factory=list)
+    """Extra environment variables."""
+    runAsUser: int | None = Field(default=None, ge=0)
+    """UID to run as. Empty runs as the image's user; NGC Triton images run as root, so set
+    1000 (the image's triton-server user) for a non-root pod."""
+
+
+class TritonLLMDeploymentSpec(ApiModel):
+    """The desired state of a TritonLLMDeployment."""
+
+    image: str = Field(pattern=IMAGE_PATTERN, max_length=512)
+    """The Triton TensorRT-LLM image that builds the engine and serves it, for example
+    nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3. Its tag pins the TensorRT-LLM version."""
+    trtllmVersion: str | None = Field(default=None, pattern=VERSION_PATTERN)
+    """TensorRT-LLM version in the image, for images whose tag is not an NGC release tag
+    (a mirror, a digest, a custom build). Empty derives it from the tag."""
+    model: ModelSource
+    """The model and its tokenizer."""
+    runtime: Literal["engine", "llmapi"] = "engine"
+    """engine: build a TensorRT engine and serve it with the inflight_batcher_llm model set.
+    llmapi: no build; Triton's llmapi Python model loads the checkpoint (TensorRT-LLM >= 0.19)."""
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    """Engine build settings (parallelism also applies to llmapi)."""
+    serving: ServingSpec = Field(default_factory=ServingSpec)
+    """Triton serving settings."""
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
+    """GPU product and node size."""
+    storage: StorageSpec = Field(default_factory=StorageSpec)
+    """The model store PVC."""
+    autoscaling: AutoscalingSpec | None = None
+    """Autoscale replicas with an HPA; empty keeps serving.replicas fixed."""
+    podTemplate: PodTemplate = Field(default_factory=PodTemplate)
+    """Pod settings."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.engine.parallelism.tensor * self.engine.parallelism.pipeline <= "
+            "self.gpu.perNode || (self.engine.parallelism.tensor * "
+            "self.engine.parallelism.pipeline) % self.gpu.perNode == 0",
+            message="world size (engine.parallelism.tensor x pipeline) must fit on one node "
+            "(<= gpu.perNode) or fill whole nodes (a multiple of gpu.perNode); adjust "
+            "parallelism or gpu.perNode",
+            check=lambda s: (
+                s.engine.parallelism.world_size <= s.gpu.perNode
+                or s.engine.parallelism.world_size % s.gpu.perNode == 0
+            ),
+            field="engine.parallelism",
+        ),
+        Rule(
+            cel="self.engine.parallelism.tensor * self.engine.parallelism.pipeline <= "
+            "self.gpu.perNode || self.gpu.perNode % self.engine.parallelism.tensor == 0 || "
+            "self.engine.parallelism.tensor % self.gpu.perNode == 0",
+            message="a multi-node engine.parallelism.tensor group must not straddle nodes: make "
+            "tensor divide gpu.perNode (or be a multiple of it) and scale with pipeline",
+            check=lambda s: (
+                s.engine.parallelism.world_size <= s.gpu.perNode
+                or s.gpu.perNode % s.engine.parallelism.tensor == 0
+                or s.engine.parallelism.tensor % s.gpu.perNode == 0
+            ),
+            field="engine.parallelism.tensor",
+        ),
+        Rule(
+            cel="self.runtime != 'llmapi' || self.engine.quantization.format == 'none'",
+            message="runtime llmapi loads checkpoints as they are: engine.quantization.format "
+            "must be none (use a pre-quantized checkpoint, or runtime engine)",
+            check=lambda s: s.runtime != "llmapi" or s.engine.quantization.format == "none",
+            field="engine.quantization.format",
+        ),
+        Rule(
+            cel="self.runtime != 'llmapi' || !self.serving.bls",
+            message="serving.bls needs runtime engine (llmapi has a single Python model)",
+            check=lambda s: s.runtime != "llmapi" or not s.serving.bls,
+            field="serving.bls",
+        ),
+        Rule(
+            cel="!self.serving.kvCache.enableReuse || self.engine.plugins.pagedContextFmha",
+            message="serving.kvCache.enableReuse needs engine.plugins.pagedContextFmha true "
+            "(TensorRT-LLM refuses KV reuse without paged context FMHA)",
+            check=lambda s: not s.serving.kvCache.enableReuse or s.engine.plugins.pagedContextFmha,
+            field="serving.kvCache.enableReuse",
+        ),
+        Rule(
+            cel="self.serving.instances.bls <= self.engine.limits.maxBatchSize",
+            message="serving.instances.bls above engine.limits.maxBatchSize adds idle instances; "
+            "lower it",
+            check=lambda s: s.serving.instances.bls <= s.engine.limits.maxBatchSize,
+            field="serving.instances.bls",
+        ),
+        Rule(
+            cel="!has(self.serving.kvCache.maxTokens) || self.serving.kvCache.maxTokens >= "
+            "self.engine.limits.maxSeqLen",
+            message="serving.kvCache.maxTokens must hold at least one full sequence "
+            "(>= engine.limits.maxSeqLen)",
+            check=lambda s: s.serving.kvCache.maxTokens is None
+            or s.serving.kvCache.maxTokens >= s.engine.limits.maxSeqLen,
+            field="serving.kvCache.maxTokens",
+        ),
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.engine.parallelism.world_size
+
+
+# Models that carry rules, with their path in the CRD schema (for the CRD generator and for
+# running the Python side of every rule).
+RULE_SITES: dict[str, type[ApiModel]] = {
+    "spec": TritonLLMDeploymentSpec,
+    "spec.engine": EngineSpec,
+    "spec.serving": ServingSpec,
+    "spec.storage": StorageSpec,
+    "spec.autoscaling": AutoscalingSpec,
+}
+
+
+class RuleViolation(ValueError):
+    """A cross-field rule failed; ``field`` is the full path from the object root."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _at(obj: Any, path: str) -> Any:
+    for part in path.split(".")[1:]:
+        if obj is None:
+            return None
+        obj = getattr(obj, part)
+    return obj
+
+
+def rule_violations(spec: TritonLLMDeploymentSpec) -> list[RuleViolation]:
+    """Every non-transition rule that `spec` breaks, in schema order."""
+    out: list[RuleViolation] = []
+    for site, model in RULE_SITES.items():
+        obj = _at(spec, site)
+        if obj is None:
+            continue
+        for rule in model.rules:
+            if rule.transition or rule.check(obj):
+                continue
+            out.append(RuleViolation(f"{site}.{rule.field}".rstrip("."), rule.message))
+    return out

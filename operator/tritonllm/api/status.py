@@ -1,0 +1,72 @@
+"""The TritonLLMDeployment status: what the operator observed. Written only by the operator."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ApiModel
+
+
+class Condition(ApiModel):
+    """A metav1.Condition: the state of one aspect of the deployment."""
+
+    type: str = Field(max_length=316)
+    """EngineReady, RepositoryReady, Available, Progressing or Degraded."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str = Field(max_length=1024, min_length=1)
+    """CamelCase machine-readable reason."""
+    message: str = Field(default="", max_length=32768)
+    """Human-readable details, naming the field and the fix for errors."""
+    observedGeneration: int = Field(default=0, ge=0)
+    """metadata.generation the condition was computed for."""
+    lastTransitionTime: str
+    """When status last changed (RFC 3339); unchanged when only the message changes."""
+
+
+class EngineStatus(ApiModel):
+    """The engine the deployment serves (or is building)."""
+
+    key: str
+    """Engine key: a hash of everything that changes the engine; names /engines/<key>."""
+    path: str
+    """Engine directory on the model store."""
+    trtllmVersion: str | None = None
+    """TensorRT-LLM version that built the engine."""
+    tensorParallel: int | None = None
+    """tp read back from the engine's config.json."""
+    pipelineParallel: int | None = None
+    """pp read back from the engine's config.json."""
+    cached: bool = False
+    """True when an existing engine was reused (no build Job ran for this deployment)."""
+    buildJob: str | None = None
+    """Name of the build Job, while one exists."""
+
+
+class TritonLLMDeploymentStatus(ApiModel):
+    """Observed state of a TritonLLMDeployment."""
+
+    conditions: list[Condition] = Field(default_factory=list)
+    """EngineReady, RepositoryReady, Available, Progressing, Degraded."""
+    observedGeneration: int | None = None
+    """The metadata.generation the operator last acted on."""
+    engine: EngineStatus | None = None
+    """The current engine."""
+    previousEngine: EngineStatus | None = None
+    """The engine served before the last engine change (kept on the store for rollback)."""
+    replicas: int | None = None
+    """Serving replicas (pods for single node, groups for multi node)."""
+    readyReplicas: int | None = None
+    """Replicas that passed their readiness probe."""
+    selector: str | None = None
+    """Label selector of the serving pods, for the scale subresource (HPA)."""
+    endpoint: str | None = None
+    """In-cluster URL of the generate endpoint."""
+    ready: str | None = None
+    """ready/desired replicas, for `kubectl get`."""
+    reason: str | None = None
+    """Short reason of the current state (the reason of Degraded, Progressing or Available)."""
+    parallelism: str | None = None
+    """tp x pp, for `kubectl get`."""

@@ -1,0 +1,358 @@
+"""Build the local cluster's binaries from Go modules and cache them per version.
+
+Why a build at all: the build machine and CI have no Docker and can reach only package registries
+(the Go module proxy among them), never dl.k8s.io or GitHub releases. So:
+
+- kube-apiserver, kube-controller-manager, kube-scheduler and kubectl come from a *wrapper module*:
+  ``k8s.io/kubernetes`` requires its staging modules at ``v0.0.0`` and redirects them with replace
+  directives, which ``go install pkg@version`` refuses; a main module of our own requires
+  ``k8s.io/kubernetes vX.Y.Z`` and replaces every staging module with its published ``v0.Y.Z``.
+  The four binaries are built in one ``go build`` so shared packages compile once, and the
+  version ldflags are stamped (kwok, helm and kopf read ``/version``).
+- etcd: the same trick (its server module has replace directives too), with a smaller wrapper.
+- kwok, LeaderWorkerSet and helm have clean go.mod files: plain ``go install pkg@version``.
+
+Every component lands in ``~/.cache/tritonllm/bin/<component>-<version>/`` (see
+:mod:`tritonllm.cluster.versions`), written through a temporary directory and moved in place, so a
+half-finished build never looks complete. A file lock serialises concurrent builds of the same
+component. A cold build is long (tens of minutes on 2 cores, mostly the API server), so progress —
+component, step, packages compiled, elapsed time — is reported every few seconds.
+
+Run as ``python -m tritonllm.cluster.build [component ...]`` (CI uses this to warm the cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from tritonllm.cluster.versions import (
+    COMPONENTS,
+    ETCD,
+    HELM,
+    KUBERNETES,
+    KWOK,
+    LWS,
+    LWS_CRD_FILE,
+    Component,
+    cache_root,
+)
+
+Progress = Callable[[str], None]
+
+#: Seconds between progress lines while a Go command runs.
+PROGRESS_INTERVAL = 15.0
+
+#: Main packages of the Kubernetes wrapper build, by binary name.
+KUBERNETES_PACKAGES = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+}
+
+
+class BuildError(RuntimeError):
+    """A Go command failed; the message names the log file with its output."""
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _fmt_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def go_env() -> dict[str, str]:
+    """Environment for Go commands: module mode, the local toolchain, static binaries."""
+    env = dict(os.environ)
+    env.update(GOWORK="off", GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="")
+    return env
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise BuildError("the `go` command is not on PATH (Go >= 1.26 is needed to build the cluster)")
+    return go
+
+
+def logs_dir() -> Path:
+    path = cache_root() / "logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run(
+    cmd: Sequence[str],
+    *,
+    label: str,
+    log: Path,
+    progress: Progress,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run ``cmd``, appending its output to ``log``, reporting progress; return its output.
+
+    Go's ``-v`` flag prints one line per package compiled, which is what the progress counts.
+    """
+    start = time.monotonic()
+    lines: list[str] = []
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(f"\n$ {shlex.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            env=env or go_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                fh.write(line)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        while True:
+            try:
+                proc.wait(timeout=PROGRESS_INTERVAL)
+                break
+            except subprocess.TimeoutExpired:
+                progress(f"  {label}: {len(lines)} lines of output, {_fmt_elapsed(time.monotonic() - start)}")
+        reader.join()
+    if proc.returncode != 0:
+        tail = "".join(lines[-15:])
+        raise BuildError(f"{label} failed (exit {proc.returncode}); full log: {log}\n{tail}")
+    return "".join(lines)
+
+
+@contextlib.contextmanager
+def _lock(component: Component) -> Iterator[None]:
+    lock_path = cache_root() / "bin" / f".{component.key}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _module_info(module: str, *, cwd: Path, log: Path, progress: Progress) -> dict[str, str]:
+    """``go mod download -json module@version`` (needs a go.mod in ``cwd``)."""
+    out = _run([_go(), "mod", "download", "-json", module], label=f"download {module}", log=log,
+               progress=progress, cwd=cwd)
+    info: dict[str, str] = json.loads(out[out.index("{"):])
+    if info.get("Error"):
+        raise BuildError(f"go mod download {module}: {info['Error']}")
+    return info
+
+
+def _version_ldflags(version: str, build_date: str) -> str:
+    """The ``-X`` flags hack/lib/version.sh sets, for component-base and client-go."""
+    minor = version.split(".")[1]
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor=1",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate={build_date}",
+        ]
+    return " ".join(flags)
+
+
+def _install_outputs(component: Component, tmp: Path, renames: dict[str, str] | None = None) -> None:
+    """Move built files from ``tmp`` into the component's cache directory atomically, one by one."""
+    component.bindir.mkdir(parents=True, exist_ok=True)
+    for src in tmp.iterdir():
+        name = (renames or {}).get(src.name, src.name)
+        os.replace(src, component.bindir / name)
+
+
+def _build_kubernetes(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    version = component.version
+    staging_version = "v0." + version.removeprefix("v1.")
+    src = cache_root() / "src" / component.key
+    src.mkdir(parents=True, exist_ok=True)
+    go = _go()
+    # A throw-away go.mod so that `go mod download` runs inside a module.
+    (src / "go.mod").write_text("module local.test/k8sbins\n\ngo 1.26\n")
+    info = _module_info(f"k8s.io/kubernetes@{version}", cwd=src, log=log, progress=progress)
+    kgomod = Path(info["GoMod"]).read_text()
+    staging: list[str] = []
+    godebug = ""
+    for line in kgomod.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "=>" and parts[2].startswith("./staging/"):
+            staging.append(parts[0])
+        elif line.startswith("godebug"):
+            godebug = line
+    if not staging:
+        raise BuildError(f"no staging replace directives found in k8s.io/kubernetes@{version} go.mod")
+    replaces = "\n".join(f"\t{m} => {m} {staging_version}" for m in staging)
+    (src / "go.mod").write_text(
+        "module local.test/k8sbins\n\ngo 1.26\n\n"
+        f"{godebug}\n\nrequire k8s.io/kubernetes {version}\n\nreplace (\n{replaces}\n)\n"
+    )
+    packages = [f"{p}@{version}" for p in KUBERNETES_PACKAGES.values()]
+    progress(f"  k8s {version}: resolving modules")
+    _run([go, "get", *packages], label="go get (k8s)", log=log, progress=progress, cwd=src)
+    build_date = info.get("Time") or _info_time(info)
+    ldflags = _version_ldflags(version, build_date)
+    targets = [KUBERNETES_PACKAGES[b] for b in missing]
+    progress(f"  k8s {version}: go build {' '.join(missing)}")
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        _run(
+            [go, "build", "-v", "-p", str(os.cpu_count() or 2), "-trimpath", "-tags=selinux,notest",
+             f"-ldflags={ldflags}", "-o", tmp + "/", *targets],
+            label=f"go build k8s {version}", log=log, progress=progress, cwd=src,
+        )
+        _install_outputs(component, Path(tmp))
+
+
+def _info_time(info: dict[str, str]) -> str:
+    """Release time of a module version (from its .info file), used as the stamped build date."""
+    info_file = info.get("Info")
+    if info_file and Path(info_file).is_file():
+        return str(json.loads(Path(info_file).read_text()).get("Time", "1970-01-01T00:00:00Z"))
+    return "1970-01-01T00:00:00Z"
+
+
+def _build_etcd(component: Component, log: Path, progress: Progress) -> None:
+    src = cache_root() / "src" / component.key
+    src.mkdir(parents=True, exist_ok=True)
+    go = _go()
+    (src / "go.mod").write_text("module local.test/etcdbin\n\ngo 1.26\n")
+    module = f"go.etcd.io/etcd/server/v3@{component.version}"
+    progress(f"  etcd {component.version}: resolving modules")
+    _run([go, "get", module], label="go get (etcd)", log=log, progress=progress, cwd=src)
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        progress(f"  etcd {component.version}: go build")
+        _run([go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", f"{tmp}/etcd",
+              "go.etcd.io/etcd/server/v3"],
+             label=f"go build etcd {component.version}", log=log, progress=progress, cwd=src)
+        _install_outputs(component, Path(tmp))
+
+
+def _go_install(component: Component, package: str, log: Path, progress: Progress, *,
+                ldflags: str = "-s -w", renames: dict[str, str] | None = None) -> None:
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        env = go_env()
+        env["GOBIN"] = tmp
+        progress(f"  {component.name} {component.version}: go install {package}")
+        _run([_go(), "install", "-v", "-trimpath", f"-ldflags={ldflags}",
+              f"{package}@{component.version}"],
+             label=f"go install {component.name} {component.version}", log=log, progress=progress,
+             env=env)
+        _install_outputs(component, Path(tmp), renames)
+
+
+def _build_lws(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    if "lws" in missing:
+        pkg = "sigs.k8s.io/lws/pkg/version"
+        ldflags = f"-s -w -X {pkg}.GitVersion={component.version}"
+        # The main package is sigs.k8s.io/lws/cmd, so `go install` names the binary `cmd`.
+        _go_install(component, "sigs.k8s.io/lws/cmd", log, progress, ldflags=ldflags,
+                    renames={"cmd": "lws"})
+    if LWS_CRD_FILE in missing:
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "go.mod").write_text("module local.test/lwscrd\n\ngo 1.26\n")
+            info = _module_info(f"sigs.k8s.io/lws@{component.version}", cwd=Path(tmp), log=log,
+                                progress=progress)
+        crd = Path(info["Dir"]) / "config" / "crd" / "bases" / LWS_CRD_FILE
+        dest = component.path(LWS_CRD_FILE)
+        shutil.copyfile(crd, dest.with_suffix(".tmp"))
+        os.replace(dest.with_suffix(".tmp"), dest)
+
+
+def build_component(component: Component, progress: Progress = _stderr) -> bool:
+    """Build ``component`` if anything of it is missing; return True when it built something."""
+    if not component.missing():
+        return False
+    component.bindir.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(component):
+        missing = component.missing()  # another process may have built it meanwhile
+        if not missing:
+            return False
+        log = logs_dir() / f"build-{component.key}.log"
+        start = time.monotonic()
+        progress(f"building {component.key} ({', '.join(missing)}); log: {log}")
+        if component is KUBERNETES:
+            _build_kubernetes(component, [b for b in missing if b in KUBERNETES_PACKAGES], log, progress)
+        elif component is ETCD:
+            _build_etcd(component, log, progress)
+        elif component is KWOK:
+            _go_install(component, "sigs.k8s.io/kwok/cmd/kwok", log, progress)
+        elif component is LWS:
+            _build_lws(component, missing, log, progress)
+        elif component is HELM:
+            ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={component.version}"
+            _go_install(component, "helm.sh/helm/v3/cmd/helm", log, progress, ldflags=ldflags)
+        else:  # pragma: no cover - COMPONENTS is closed
+            raise BuildError(f"no recipe for {component.key}")
+        still = component.missing()
+        if still:
+            raise BuildError(f"{component.key}: build finished but {still} are missing")
+        progress(f"built {component.key} in {_fmt_elapsed(time.monotonic() - start)}")
+        return True
+
+
+def ensure_all(components: Sequence[Component] = COMPONENTS, progress: Progress = _stderr) -> None:
+    """Build every missing component (cheap no-op when the cache is warm)."""
+    for component in components:
+        build_component(component, progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tritonllm.cluster.build",
+        description="Build and cache the local cluster's binaries (no-op when cached).",
+    )
+    names = [c.name for c in COMPONENTS]
+    parser.add_argument("components", nargs="*", metavar="COMPONENT",
+                        help=f"subset to build: {', '.join(names)} (default all)")
+    parser.add_argument("--list", action="store_true", help="print cache paths and status, build nothing")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.components) - set(names))
+    if unknown:
+        parser.error(f"unknown component(s) {unknown}; choose from {names}")
+    selected = [c for c in COMPONENTS if not args.components or c.name in args.components]
+    if args.list:
+        for c in selected:
+            missing = c.missing()
+            print(f"{c.key:20} {'ok' if not missing else 'missing ' + ','.join(missing):30} {c.bindir}")
+        return 0
+    start = time.monotonic()
+    try:
+        ensure_all(selected)
+    except BuildError as exc:
+        _stderr(f"error: {exc}")
+        return 1
+    _stderr(f"all components ready ({_fmt_elapsed(time.monotonic() - start)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Certificates for the local cluster, made with the ``openssl`` command.
+
+Why openssl and not a Python library: it is on every Debian machine and keeps the tooling free of
+extra dependencies. One CA signs everything: the API server's serving certificate, the admin
+client certificate (group ``system:masters``; the controllers and kubectl all use it) and the
+serving certificate of the LeaderWorkerSet webhooks, which the API server calls by URL. The
+service-account signing key pair is separate. Everything is generated once per cluster state
+directory and reused by later ``up`` calls (generation costs a second or two).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Days the throw-away certificates are valid.
+VALID_DAYS = 3650
+
+#: The ClusterIP of the ``kubernetes`` Service (first address of the service range).
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the generated files in ``root``."""
+
+    root: Path
+
+    @property
+    def ca_crt(self) -> Path:
+        return self.root / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root / "ca.key"
+
+    @property
+    def apiserver_crt(self) -> Path:
+        return self.root / "apiserver.crt"
+
+    @property
+    def apiserver_key(self) -> Path:
+        return self.root / "apiserver.key"
+
+    @property
+    def admin_crt(self) -> Path:
+        return self.root / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.root / "admin.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.root / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.root / "sa.pub"
+
+    @property
+    def webhook_dir(self) -> Path:
+        """Directory with ``tls.crt``/``tls.key`` (controller-runtime's expected names)."""
+        return self.root / "webhook"
+
+    def complete(self) -> bool:
+        files = [self.ca_crt, self.ca_key, self.apiserver_crt, self.apiserver_key, self.admin_crt,
+                 self.admin_key, self.sa_key, self.sa_pub, self.webhook_dir / "tls.crt",
+                 self.webhook_dir / "tls.key"]
+        return all(f.is_file() for f in files)
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
+
+
+def _signed_cert(pki: Pki, name: Path, subject: str, extensions: str) -> None:
+    """Key ``name``.key and certificate ``name``.crt signed by the CA with ``extensions``."""
+    root = pki.root
+    ext = root / f"{name.name}.ext"
+    ext.write_text(f"[e]\n{extensions}\n")
+    csr = root / f"{name.name}.csr"
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", str(csr),
+             "-subj", subject, cwd=root)
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca_crt), "-CAkey", str(pki.ca_key),
+             "-CAcreateserial", "-days", str(VALID_DAYS), "-extfile", str(ext), "-extensions", "e",
+             "-out", f"{name}.crt", cwd=root)
+    csr.unlink()
+    ext.unlink()
+
+
+def ensure_pki(root: Path) -> Pki:
+    """Create the CA and certificates in ``root`` unless they are all there already."""
+    pki = Pki(root)
+    if pki.complete():
+        return pki
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki.ca_key),
+             "-out", str(pki.ca_crt), "-days", str(VALID_DAYS), "-subj", "/CN=tritonllm-local-ca",
+             cwd=root)
+    server_ext = "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth"
+    _signed_cert(
+        pki, root / "apiserver", "/CN=kube-apiserver",
+        f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+        + server_ext,
+    )
+    _signed_cert(pki, root / "admin", "/CN=tritonllm-admin/O=system:masters",
+                 "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth")
+    pki.webhook_dir.mkdir(exist_ok=True)
+    _signed_cert(pki, root / "webhook", "/CN=lws-webhook",
+                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n" + server_ext)
+    (root / "webhook.crt").replace(pki.webhook_dir / "tls.crt")
+    (root / "webhook.key").replace(pki.webhook_dir / "tls.key")
+    _openssl("genrsa", "-out", str(pki.sa_key), "2048", cwd=root)
+    _openssl("rsa", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=root)
+    return pki
