@@ -1,23 +1,6 @@
-"""The TritonLLMDeployment API: pydantic models (the CRD's single source), names and versions."""
+"""The TritonLLMDeployment API: pydantic models (the CRD's single source), names and versions.
 
-from .deployment import (
-    FieldError,
-    InvalidDeployment,
-    Metadata,
-    TritonLLMDeployment,
-    parse_deployment,
-)
-from .spec import TritonLLMDeploymentSpec
-from .status import Condition, EngineStatus, TritonLLMDeploymentStatus
-
-__all__ = [
-    "Condition",
-    "EngineStatus",
-    "FieldError",
-    "InvalidDeployment",
-    "Metadata",
-    "TritonLLMDeployment",
-    "TritonLLMDeploymentSpec",
-    "TritonLLMDeploymentStatus",
-    "parse_deployment",
-]
+Import the submodules directly (`tritonllm.api.deployment`, `tritonllm.api.constants`, ...):
+this package deliberately re-exports nothing, so that `tritonllm.api.constants` stays importable
+inside Triton images that lack pydantic (the in-pod entry points use it).
+"""

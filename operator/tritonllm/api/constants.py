@@ -54,9 +54,11 @@ GRPC_PORT: Final = 8001
 METRICS_PORT: Final = 8002
 
 # --- paths inside pods --------------------------------------------------------------------
-STORE_MOUNT: Final = "/store"          # the model-store PVC
-TOOLS_MOUNT: Final = "/opt/tritonllm"  # tritonllm's in-pod entry points (copied by an init container)
-PLAN_MOUNT: Final = "/etc/tritonllm"   # rendered plans (ConfigMap)
+STORE_MOUNT: Final = "/store"  # the model-store PVC
+TOOLS_MOUNT: Final = (
+    "/opt/tritonllm"  # tritonllm's in-pod entry points (copied by an init container)
+)
+PLAN_MOUNT: Final = "/etc/tritonllm"  # rendered plans (ConfigMap)
 SHM_MOUNT: Final = "/dev/shm"
 
 # --- condition types (metav1.Condition style; no "phase") --------------------------------

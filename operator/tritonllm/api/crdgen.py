@@ -110,9 +110,7 @@ def spec_schema() -> Schema:
     schema = model_schema(TritonLLMDeploymentSpec)
     for site, model in RULE_SITES.items():
         if model.rules:
-            _node_at(schema, site)["x-kubernetes-validations"] = [
-                r.schema() for r in model.rules
-            ]
+            _node_at(schema, site)["x-kubernetes-validations"] = [r.schema() for r in model.rules]
     return schema
 
 
@@ -128,21 +126,50 @@ def status_schema() -> Schema:
 
 
 PRINTER_COLUMNS: list[Schema] = [
-    {"name": "Ready", "type": "string", "jsonPath": ".status.ready",
-     "description": "Ready replicas / desired replicas"},
-    {"name": "Available", "type": "string",
-     "jsonPath": '.status.conditions[?(@.type=="Available")].status',
-     "description": "The Available condition"},
-    {"name": "Reason", "type": "string", "jsonPath": ".status.reason",
-     "description": "Why the deployment is in its current state"},
-    {"name": "TPxPP", "type": "string", "jsonPath": ".status.parallelism",
-     "description": "Tensor x pipeline parallelism of the served engine"},
-    {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas",
-     "description": "Serving replicas"},
-    {"name": "Engine", "type": "string", "jsonPath": ".status.engine.key", "priority": 1,
-     "description": "Engine key (names /engines/<key> on the model store)"},
-    {"name": "Image", "type": "string", "jsonPath": ".spec.image", "priority": 1,
-     "description": "Triton TensorRT-LLM image"},
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": ".status.ready",
+        "description": "Ready replicas / desired replicas",
+    },
+    {
+        "name": "Available",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Available")].status',
+        "description": "The Available condition",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.reason",
+        "description": "Why the deployment is in its current state",
+    },
+    {
+        "name": "TPxPP",
+        "type": "string",
+        "jsonPath": ".status.parallelism",
+        "description": "Tensor x pipeline parallelism of the served engine",
+    },
+    {
+        "name": "Replicas",
+        "type": "integer",
+        "jsonPath": ".status.replicas",
+        "description": "Serving replicas",
+    },
+    {
+        "name": "Engine",
+        "type": "string",
+        "jsonPath": ".status.engine.key",
+        "priority": 1,
+        "description": "Engine key (names /engines/<key> on the model store)",
+    },
+    {
+        "name": "Image",
+        "type": "string",
+        "jsonPath": ".spec.image",
+        "priority": 1,
+        "description": "Triton TensorRT-LLM image",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

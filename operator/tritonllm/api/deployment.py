@@ -216,6 +216,14 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     f"nvfp4 needs TensorRT-LLM >= 0.17 (the image has {version})",
                 )
             )
+    if spec.runtime == "llmapi" and spec.world_size > spec.gpu.perNode:
+        errors.append(
+            FieldError(
+                "spec.engine.parallelism",
+                "runtime llmapi runs on one node here: tensor x pipeline must be <= gpu.perNode "
+                "(use runtime engine for multi-node serving)",
+            )
+        )
     fmt = spec.engine.quantization.format
     kv = spec.engine.quantization.kvCacheDtype
     for what, value, field in (

@@ -2,8 +2,8 @@
 
 Field docstrings are user documentation: they become the CRD's descriptions and `kubectl explain`.
 Defaults here become schema defaults, so `kubectl get -o yaml` shows them and GitOps tools see no
-drift. Rules that tie several fields together are :class:`~tritonllm.api.base.Rule` objects, enforced
-by CEL at admission and by the same check in Python.
+drift. Rules that tie several fields together are :class:`~tritonllm.api.base.Rule` objects,
+enforced by CEL at admission and by the same check in Python.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+(\.[0-9]+)?([.a-z0-9]*)?$"
+
 
 def _quantity_to_str(v: Any) -> Any:
     # YAML turns `cpu: 8` into an int; Kubernetes quantities accept both.
@@ -66,8 +67,19 @@ def quantity_bytes(q: str) -> float:
     if not m:
         raise ValueError(f"not a quantity: {q!r}")
     scale = {
-        None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-        "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+        None: 1,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "E": 1e18,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
     }[m.group(3)]
     return float(m.group(1)) * scale
 
@@ -109,7 +121,9 @@ class ModelSource(ApiModel):
     source: str = Field(pattern=SOURCE_PATTERN, max_length=512)
     """hf://<org>/<name> to download from the Hugging Face Hub, or pvc://<claim>/<path> for a
     checkpoint already on a PersistentVolumeClaim in the same namespace."""
-    revision: str = Field(default="main", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$")
+    revision: str = Field(
+        default="main", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$"
+    )
     """Hub revision (branch, tag or commit). Part of the engine key: pin a commit for
     reproducible engines."""
     architecture: ModelArchitecture = "auto"
@@ -214,16 +228,16 @@ class EngineSpec(ApiModel):
             "'fp8', 'nvfp4'] && self.dtype == 'float32')",
             message="quantization.format needs dtype float16 or bfloat16; set engine.dtype "
             "accordingly or use quantization.format none",
-            check=lambda s: not (
-                s.quantization.format in FORMATS_NEEDING_16BIT and s.dtype == "float32"
+            check=lambda s: (
+                not (s.quantization.format in FORMATS_NEEDING_16BIT and s.dtype == "float32")
             ),
             field="quantization.format",
         ),
         Rule(
             cel="self.quantization.format != 'int8_sq' || self.quantization.kvCacheDtype != 'fp8'",
             message="quantization.kvCacheDtype fp8 cannot be combined with int8_sq; use int8",
-            check=lambda s: not (
-                s.quantization.format == "int8_sq" and s.quantization.kvCacheDtype == "fp8"
+            check=lambda s: (
+                not (s.quantization.format == "int8_sq" and s.quantization.kvCacheDtype == "fp8")
             ),
             field="quantization.kvCacheDtype",
         ),
@@ -242,6 +256,9 @@ class KvCache(ApiModel):
     maxTokens: int | None = Field(default=None, ge=1)
     """Cap on tokens in the paged KV cache (max_tokens_in_paged_kv_cache); empty means only the
     fraction applies."""
+    maxAttentionWindowSize: int | None = Field(default=None, ge=1)
+    """Tokens attended to per generated token (max_attention_window_size); empty means the
+    engine's max sequence length. Smaller values enable sliding-window attention."""
     enableReuse: bool = False
     """Reuse KV blocks across requests that share a prefix (enable_kv_cache_reuse); needs
     engine.plugins.pagedContextFmha."""
@@ -328,6 +345,13 @@ class GpuSpec(ApiModel):
     """GPUs per node. World sizes above it are spread over world/perNode nodes."""
 
 
+AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
+
+
+def _default_access_modes() -> list[AccessMode]:
+    return ["ReadWriteMany"]
+
+
 class PvcCreate(ApiModel):
     """A PersistentVolumeClaim the operator creates when it does not exist."""
 
@@ -335,9 +359,7 @@ class PvcCreate(ApiModel):
     """Requested size, for example 200Gi."""
     storageClassName: str | None = Field(default=None, max_length=253)
     """Storage class; empty uses the cluster default."""
-    accessModes: list[Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]] = Field(
-        default_factory=lambda: ["ReadWriteMany"], min_length=1
-    )
+    accessModes: list[AccessMode] = Field(default_factory=_default_access_modes, min_length=1)
     """Access modes. ReadWriteMany lets several pods and nodes share engines."""
 
 
@@ -539,8 +561,10 @@ class TritonLLMDeploymentSpec(ApiModel):
             "self.engine.limits.maxSeqLen",
             message="serving.kvCache.maxTokens must hold at least one full sequence "
             "(>= engine.limits.maxSeqLen)",
-            check=lambda s: s.serving.kvCache.maxTokens is None
-            or s.serving.kvCache.maxTokens >= s.engine.limits.maxSeqLen,
+            check=lambda s: (
+                s.serving.kvCache.maxTokens is None
+                or s.serving.kvCache.maxTokens >= s.engine.limits.maxSeqLen
+            ),
             field="serving.kvCache.maxTokens",
         ),
     )

@@ -19,13 +19,11 @@ def crd_text() -> str:
     return HEADER + dump(crd())
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("crd", help="write the CRD generated from the API models")
     p.add_argument("--out", default="crds", help="directory to write (default: crds)")
     p.add_argument("--stdout", action="store_true", help="print instead of writing")
-    p.add_argument(
-        "--check", action="store_true", help="exit 1 if the file on disk differs (CI)"
-    )
+    p.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs (CI)")
     p.set_defaults(func=run)
 
 

@@ -45,7 +45,7 @@ from tritonllm.cluster.versions import (
     KUBERNETES,
     KWOK,
     LWS,
-    LWS_CRD_FILE,
+    LWS_CRD_FILES,
     Component,
     cache_root,
 )
@@ -87,7 +87,9 @@ def go_env() -> dict[str, str]:
 def _go() -> str:
     go = shutil.which("go")
     if not go:
-        raise BuildError("the `go` command is not on PATH (Go >= 1.26 is needed to build the cluster)")
+        raise BuildError(
+            "the `go` command is not on PATH (Go >= 1.26 is needed to build the cluster)"
+        )
     return go
 
 
@@ -138,7 +140,8 @@ def _run(
                 proc.wait(timeout=PROGRESS_INTERVAL)
                 break
             except subprocess.TimeoutExpired:
-                progress(f"  {label}: {len(lines)} lines of output, {_fmt_elapsed(time.monotonic() - start)}")
+                elapsed = _fmt_elapsed(time.monotonic() - start)
+                progress(f"  {label}: {len(lines)} lines of output, {elapsed}")
         reader.join()
     if proc.returncode != 0:
         tail = "".join(lines[-15:])
@@ -160,9 +163,14 @@ def _lock(component: Component) -> Iterator[None]:
 
 def _module_info(module: str, *, cwd: Path, log: Path, progress: Progress) -> dict[str, str]:
     """``go mod download -json module@version`` (needs a go.mod in ``cwd``)."""
-    out = _run([_go(), "mod", "download", "-json", module], label=f"download {module}", log=log,
-               progress=progress, cwd=cwd)
-    info: dict[str, str] = json.loads(out[out.index("{"):])
+    out = _run(
+        [_go(), "mod", "download", "-json", module],
+        label=f"download {module}",
+        log=log,
+        progress=progress,
+        cwd=cwd,
+    )
+    info: dict[str, str] = json.loads(out[out.index("{") :])
     if info.get("Error"):
         raise BuildError(f"go mod download {module}: {info['Error']}")
     return info
@@ -183,7 +191,9 @@ def _version_ldflags(version: str, build_date: str) -> str:
     return " ".join(flags)
 
 
-def _install_outputs(component: Component, tmp: Path, renames: dict[str, str] | None = None) -> None:
+def _install_outputs(
+    component: Component, tmp: Path, renames: dict[str, str] | None = None
+) -> None:
     """Move built files from ``tmp`` into the component's cache directory atomically, one by one."""
     component.bindir.mkdir(parents=True, exist_ok=True)
     for src in tmp.iterdir():
@@ -191,7 +201,9 @@ def _install_outputs(component: Component, tmp: Path, renames: dict[str, str] | 
         os.replace(src, component.bindir / name)
 
 
-def _build_kubernetes(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+def _build_kubernetes(
+    component: Component, missing: list[str], log: Path, progress: Progress
+) -> None:
     version = component.version
     staging_version = "v0." + version.removeprefix("v1.")
     src = cache_root() / "src" / component.key
@@ -210,7 +222,9 @@ def _build_kubernetes(component: Component, missing: list[str], log: Path, progr
         elif line.startswith("godebug"):
             godebug = line
     if not staging:
-        raise BuildError(f"no staging replace directives found in k8s.io/kubernetes@{version} go.mod")
+        raise BuildError(
+            f"no staging replace directives found in k8s.io/kubernetes@{version} go.mod"
+        )
     replaces = "\n".join(f"\t{m} => {m} {staging_version}" for m in staging)
     (src / "go.mod").write_text(
         "module local.test/k8sbins\n\ngo 1.26\n\n"
@@ -225,9 +239,23 @@ def _build_kubernetes(component: Component, missing: list[str], log: Path, progr
     progress(f"  k8s {version}: go build {' '.join(missing)}")
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         _run(
-            [go, "build", "-v", "-p", str(os.cpu_count() or 2), "-trimpath", "-tags=selinux,notest",
-             f"-ldflags={ldflags}", "-o", tmp + "/", *targets],
-            label=f"go build k8s {version}", log=log, progress=progress, cwd=src,
+            [
+                go,
+                "build",
+                "-v",
+                "-p",
+                str(os.cpu_count() or 2),
+                "-trimpath",
+                "-tags=selinux,notest",
+                f"-ldflags={ldflags}",
+                "-o",
+                tmp + "/",
+                *targets,
+            ],
+            label=f"go build k8s {version}",
+            log=log,
+            progress=progress,
+            cwd=src,
         )
         _install_outputs(component, Path(tmp))
 
@@ -250,22 +278,52 @@ def _build_etcd(component: Component, log: Path, progress: Progress) -> None:
     _run([go, "get", module], label="go get (etcd)", log=log, progress=progress, cwd=src)
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         progress(f"  etcd {component.version}: go build")
-        _run([go, "build", "-v", "-trimpath", "-ldflags=-s -w", "-o", f"{tmp}/etcd",
-              "go.etcd.io/etcd/server/v3"],
-             label=f"go build etcd {component.version}", log=log, progress=progress, cwd=src)
+        _run(
+            [
+                go,
+                "build",
+                "-v",
+                "-trimpath",
+                "-ldflags=-s -w",
+                "-o",
+                f"{tmp}/etcd",
+                "go.etcd.io/etcd/server/v3",
+            ],
+            label=f"go build etcd {component.version}",
+            log=log,
+            progress=progress,
+            cwd=src,
+        )
         _install_outputs(component, Path(tmp))
 
 
-def _go_install(component: Component, package: str, log: Path, progress: Progress, *,
-                ldflags: str = "-s -w", renames: dict[str, str] | None = None) -> None:
+def _go_install(
+    component: Component,
+    package: str,
+    log: Path,
+    progress: Progress,
+    *,
+    ldflags: str = "-s -w",
+    renames: dict[str, str] | None = None,
+) -> None:
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         env = go_env()
         env["GOBIN"] = tmp
         progress(f"  {component.name} {component.version}: go install {package}")
-        _run([_go(), "install", "-v", "-trimpath", f"-ldflags={ldflags}",
-              f"{package}@{component.version}"],
-             label=f"go install {component.name} {component.version}", log=log, progress=progress,
-             env=env)
+        _run(
+            [
+                _go(),
+                "install",
+                "-v",
+                "-trimpath",
+                f"-ldflags={ldflags}",
+                f"{package}@{component.version}",
+            ],
+            label=f"go install {component.name} {component.version}",
+            log=log,
+            progress=progress,
+            env=env,
+        )
         _install_outputs(component, Path(tmp), renames)
 
 
@@ -274,17 +332,24 @@ def _build_lws(component: Component, missing: list[str], log: Path, progress: Pr
         pkg = "sigs.k8s.io/lws/pkg/version"
         ldflags = f"-s -w -X {pkg}.GitVersion={component.version}"
         # The main package is sigs.k8s.io/lws/cmd, so `go install` names the binary `cmd`.
-        _go_install(component, "sigs.k8s.io/lws/cmd", log, progress, ldflags=ldflags,
-                    renames={"cmd": "lws"})
-    if LWS_CRD_FILE in missing:
+        _go_install(
+            component, "sigs.k8s.io/lws/cmd", log, progress, ldflags=ldflags, renames={"cmd": "lws"}
+        )
+    crds = [f for f in LWS_CRD_FILES if f in missing]
+    if crds:
+        # The CRDs ship in the module zip: copy them from the module cache next to the binary.
         with tempfile.TemporaryDirectory() as tmp:
             Path(tmp, "go.mod").write_text("module local.test/lwscrd\n\ngo 1.26\n")
-            info = _module_info(f"sigs.k8s.io/lws@{component.version}", cwd=Path(tmp), log=log,
-                                progress=progress)
-        crd = Path(info["Dir"]) / "config" / "crd" / "bases" / LWS_CRD_FILE
-        dest = component.path(LWS_CRD_FILE)
-        shutil.copyfile(crd, dest.with_suffix(".tmp"))
-        os.replace(dest.with_suffix(".tmp"), dest)
+            info = _module_info(
+                f"sigs.k8s.io/lws@{component.version}", cwd=Path(tmp), log=log, progress=progress
+            )
+        component.bindir.mkdir(parents=True, exist_ok=True)
+        for name in crds:
+            dest = component.path(name)
+            shutil.copyfile(
+                Path(info["Dir"]) / "config" / "crd" / "bases" / name, dest.with_suffix(".tmp")
+            )
+            os.replace(dest.with_suffix(".tmp"), dest)
 
 
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
@@ -300,7 +365,9 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
         start = time.monotonic()
         progress(f"building {component.key} ({', '.join(missing)}); log: {log}")
         if component is KUBERNETES:
-            _build_kubernetes(component, [b for b in missing if b in KUBERNETES_PACKAGES], log, progress)
+            _build_kubernetes(
+                component, [b for b in missing if b in KUBERNETES_PACKAGES], log, progress
+            )
         elif component is ETCD:
             _build_etcd(component, log, progress)
         elif component is KWOK:
@@ -331,9 +398,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build and cache the local cluster's binaries (no-op when cached).",
     )
     names = [c.name for c in COMPONENTS]
-    parser.add_argument("components", nargs="*", metavar="COMPONENT",
-                        help=f"subset to build: {', '.join(names)} (default all)")
-    parser.add_argument("--list", action="store_true", help="print cache paths and status, build nothing")
+    parser.add_argument(
+        "components",
+        nargs="*",
+        metavar="COMPONENT",
+        help=f"subset to build: {', '.join(names)} (default all)",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="print cache paths and status, build nothing"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.components) - set(names))
     if unknown:
@@ -342,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for c in selected:
             missing = c.missing()
-            print(f"{c.key:20} {'ok' if not missing else 'missing ' + ','.join(missing):30} {c.bindir}")
+            state = "ok" if not missing else "missing " + ",".join(missing)
+            print(f"{c.key:20} {state:30} {c.bindir}")
         return 0
     start = time.monotonic()
     try:

@@ -65,9 +65,18 @@ class Pki:
         return self.root / "webhook"
 
     def complete(self) -> bool:
-        files = [self.ca_crt, self.ca_key, self.apiserver_crt, self.apiserver_key, self.admin_crt,
-                 self.admin_key, self.sa_key, self.sa_pub, self.webhook_dir / "tls.crt",
-                 self.webhook_dir / "tls.key"]
+        files = [
+            self.ca_crt,
+            self.ca_key,
+            self.apiserver_crt,
+            self.apiserver_key,
+            self.admin_crt,
+            self.admin_key,
+            self.sa_key,
+            self.sa_pub,
+            self.webhook_dir / "tls.crt",
+            self.webhook_dir / "tls.key",
+        ]
         return all(f.is_file() for f in files)
 
 
@@ -83,11 +92,39 @@ def _signed_cert(pki: Pki, name: Path, subject: str, extensions: str) -> None:
     ext = root / f"{name.name}.ext"
     ext.write_text(f"[e]\n{extensions}\n")
     csr = root / f"{name.name}.csr"
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", str(csr),
-             "-subj", subject, cwd=root)
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca_crt), "-CAkey", str(pki.ca_key),
-             "-CAcreateserial", "-days", str(VALID_DAYS), "-extfile", str(ext), "-extensions", "e",
-             "-out", f"{name}.crt", cwd=root)
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        str(csr),
+        "-subj",
+        subject,
+        cwd=root,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(pki.ca_crt),
+        "-CAkey",
+        str(pki.ca_key),
+        "-CAcreateserial",
+        "-days",
+        str(VALID_DAYS),
+        "-extfile",
+        str(ext),
+        "-extensions",
+        "e",
+        "-out",
+        f"{name}.crt",
+        cwd=root,
+    )
     csr.unlink()
     ext.unlink()
 
@@ -99,21 +136,44 @@ def ensure_pki(root: Path) -> Pki:
         return pki
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o700)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki.ca_key),
-             "-out", str(pki.ca_crt), "-days", str(VALID_DAYS), "-subj", "/CN=tritonllm-local-ca",
-             cwd=root)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(pki.ca_key),
+        "-out",
+        str(pki.ca_crt),
+        "-days",
+        str(VALID_DAYS),
+        "-subj",
+        "/CN=tritonllm-local-ca",
+        cwd=root,
+    )
     server_ext = "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth"
     _signed_cert(
-        pki, root / "apiserver", "/CN=kube-apiserver",
+        pki,
+        root / "apiserver",
+        "/CN=kube-apiserver",
         f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         + server_ext,
     )
-    _signed_cert(pki, root / "admin", "/CN=tritonllm-admin/O=system:masters",
-                 "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth")
+    _signed_cert(
+        pki,
+        root / "admin",
+        "/CN=tritonllm-admin/O=system:masters",
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth",
+    )
     pki.webhook_dir.mkdir(exist_ok=True)
-    _signed_cert(pki, root / "webhook", "/CN=lws-webhook",
-                 "subjectAltName=IP:127.0.0.1,DNS:localhost\n" + server_ext)
+    _signed_cert(
+        pki,
+        root / "webhook",
+        "/CN=lws-webhook",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n" + server_ext,
+    )
     (root / "webhook.crt").replace(pki.webhook_dir / "tls.crt")
     (root / "webhook.key").replace(pki.webhook_dir / "tls.key")
     _openssl("genrsa", "-out", str(pki.sa_key), "2048", cwd=root)

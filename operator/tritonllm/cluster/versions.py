@@ -24,8 +24,12 @@ KWOK_VERSION = "v0.8.0"
 LWS_VERSION = "v0.9.0"
 HELM_VERSION = "v3.22.0"
 
-#: File names (inside the LWS module) that the cluster installs.
-LWS_CRD_FILE = "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+#: CRD files (``config/crd/bases/`` of the LWS module) that the cluster installs. The controller
+#: also watches DisaggregatedSets, so that CRD must exist too or its manager fails to start.
+LWS_CRD_FILES = (
+    "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+)
 
 
 def cache_root() -> Path:
@@ -73,7 +77,7 @@ KUBERNETES = Component(
 )
 ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
 KWOK = Component("kwok", KWOK_VERSION, ("kwok",))
-LWS = Component("lws", LWS_VERSION, ("lws",), files=(LWS_CRD_FILE,))
+LWS = Component("lws", LWS_VERSION, ("lws",), files=LWS_CRD_FILES)
 HELM = Component("helm", HELM_VERSION, ("helm",))
 
 COMPONENTS: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)

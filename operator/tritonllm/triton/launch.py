@@ -78,7 +78,9 @@ def rank_args(spec: LaunchSpec, rank: int) -> list[str]:
     return args
 
 
-def mpirun_argv(spec: LaunchSpec, *, mpirun: str = MPIRUN, extra_mca: Sequence[str] = ()) -> list[str]:
+def mpirun_argv(
+    spec: LaunchSpec, *, mpirun: str = MPIRUN, extra_mca: Sequence[str] = ()
+) -> list[str]:
     """The full foreground command: ``mpirun ... -n 1 <rank 0> : -n 1 <rank 1> : ...``."""
     if spec.world_size < 1:
         raise ValueError("world_size must be >= 1")

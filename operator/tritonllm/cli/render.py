@@ -1,0 +1,102 @@
+"""`tritonllm render -f CR.yaml [--out DIR]`: every object a TritonLLMDeployment produces.
+
+Prints one YAML stream in apply order, ready for `kubectl apply --dry-run=server -f -`. With
+--out it also writes, per deployment, the model repository files, the build/launch plans and the
+objects under DIR/<namespace>/<name>/. Invalid input exits with code 2 and one line per problem,
+each naming the field and the fix. No cluster is contacted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tritonllm.api.deployment import InvalidDeployment, parse_deployment
+from tritonllm.render import Rendered, RenderOptions, render_all
+
+from .yamlio import dump_all, load_all
+
+EXIT_INVALID = 2
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("render", help="print every object (and repository file) a CR produces")
+    p.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="CR file (YAML, several documents allowed), or - for standard input",
+    )
+    p.add_argument("--out", help="also write repository files and plans under this directory")
+    p.add_argument(
+        "--tools-image",
+        default=RenderOptions.tools_image,
+        help="image carrying tritonllm's in-pod entry points (the operator image)",
+    )
+    p.add_argument("--namespace", help="namespace for CRs that do not set one")
+    p.set_defaults(func=run)
+
+
+def _read(filename: str) -> str:
+    return sys.stdin.read() if filename == "-" else Path(filename).read_text()
+
+
+def render_documents(
+    docs: list[Any], opts: RenderOptions, namespace: str | None = None
+) -> tuple[list[Rendered], list[str]]:
+    """Render every CR in `docs`; returns the results and the error lines (empty if valid)."""
+    results: list[Rendered] = []
+    errors: list[str] = []
+    for i, doc in enumerate(docs):
+        if namespace and isinstance(doc, dict):
+            doc = {**doc, "metadata": {"namespace": namespace, **(doc.get("metadata") or {})}}
+        label = (doc.get("metadata") or {}).get("name") if isinstance(doc, dict) else None
+        where = f"document {i + 1}" + (f" ({label})" if label else "")
+        try:
+            dep = parse_deployment(doc)
+        except InvalidDeployment as exc:
+            errors += [f"{where}: {e}" for e in exc.errors]
+            continue
+        results.append(render_all(dep, opts))
+    return results, errors
+
+
+def write_out(out: Path, rendered: Rendered) -> None:
+    base = out / rendered.namespace / rendered.name
+    for rel, body in rendered.repository.items():
+        path = base / "repository" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    (base / "build.json").write_text(json.dumps(rendered.build_plan, indent=2, sort_keys=True))
+    (base / "launch.json").write_text(json.dumps(rendered.launch_plan, indent=2, sort_keys=True))
+    (base / "objects.yaml").write_text(dump_all(rendered.objects))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        docs = load_all(_read(args.filename))
+    except OSError as exc:
+        print(f"error: cannot read {args.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_INVALID
+    except Exception as exc:  # yaml.YAMLError and friends: report, do not trace back
+        print(f"error: {args.filename} is not valid YAML: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not docs:
+        print(f"error: {args.filename} holds no document", file=sys.stderr)
+        return EXIT_INVALID
+    results, errors = render_documents(
+        docs, RenderOptions(tools_image=args.tools_image), args.namespace
+    )
+    if errors:
+        for line in errors:
+            print(f"error: {args.filename}: {line}", file=sys.stderr)
+        return EXIT_INVALID
+    objects = [o for r in results for o in r.objects]
+    sys.stdout.write(dump_all(objects))
+    if args.out:
+        for r in results:
+            write_out(Path(args.out), r)
+    return 0

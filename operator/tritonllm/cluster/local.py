@@ -1,0 +1,685 @@
+"""Run the local control plane as plain processes bound to 127.0.0.1.
+
+Why our own process management rather than ``kwokctl --runtime=binary``: kwokctl binds 0.0.0.0
+unless configured, probes each binary's version to choose flags, and would need its own build;
+starting six processes ourselves keeps every flag visible here, lets us bind everything to
+loopback, and makes teardown exact (we kill the process groups we recorded, nothing else).
+
+Layout of the state directory (default ``~/.cache/tritonllm/cluster/<name>/``)::
+
+    kubeconfig      admin kubeconfig (never merged into ~/.kube/config)
+    state.json      ports and pids of the running processes
+    pki/            CA, serving and client certificates (kept across restarts)
+    etcd/           etcd data (wiped on every `up`: each start is a fresh cluster)
+    logs/<proc>.log output of each process
+    run/            per-process scratch (self-signed serving certs, configs)
+
+Start order: etcd, kube-apiserver (wait for /readyz), CRDs and nodes, then kube-controller-manager,
+kube-scheduler, kwok and the LeaderWorkerSet controller (whose webhooks the API server calls by
+URL), then wait until the nodes are Ready and the default ServiceAccount exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tritonllm.cluster import procs
+from tritonllm.cluster.build import ensure_all
+from tritonllm.cluster.manifests import (
+    DEFAULT_NODES,
+    NodeSpec,
+    lws_configuration,
+    lws_webhooks,
+    node_manifest,
+)
+from tritonllm.cluster.pki import Pki, ensure_pki
+from tritonllm.cluster.versions import (
+    COMPONENTS,
+    ETCD,
+    KUBERNETES,
+    KWOK,
+    LWS,
+    LWS_CRD_FILES,
+    cache_root,
+)
+
+Progress = Callable[[str], None]
+
+#: Process names in start order (stopped in reverse).
+PROCESS_ORDER = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "lws",
+)
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+DEFAULT_NAME = "default"
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or a command against it failed."""
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def default_crd_dirs() -> list[Path]:
+    """Our CRDs: ``TRITONLLM_CRDS`` (os.pathsep-separated) or the checkout's ``crds/`` directory."""
+    env = os.environ.get("TRITONLLM_CRDS")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    checkout = Path(__file__).resolve().parents[3] / "crds"
+    return [checkout] if checkout.is_dir() else []
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class Ports:
+    """Loopback ports of one cluster; reused across restarts when still free."""
+
+    etcd_client: int = 0
+    etcd_peer: int = 0
+    apiserver: int = 0
+    controller_manager: int = 0
+    scheduler: int = 0
+    lws_webhook: int = 0
+
+    def allocate(self) -> None:
+        taken: set[int] = set()
+        for name in self.__dataclass_fields__:
+            port = getattr(self, name)
+            while not port or port in taken or not _port_free(port):
+                port = _free_port()
+            taken.add(port)
+            setattr(self, name, port)
+
+
+@dataclass
+class ProcessState:
+    name: str
+    pid: int
+    argv: list[str]
+    log: str
+
+
+@dataclass
+class ClusterStatus:
+    """What ``status`` reports."""
+
+    name: str
+    state_dir: Path
+    running: bool
+    server: str
+    processes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    listeners: list[procs.Listener] = field(default_factory=list)
+
+
+class LocalCluster:
+    """One local cluster, identified by its state directory."""
+
+    def __init__(
+        self,
+        name: str = DEFAULT_NAME,
+        state_dir: Path | None = None,
+        crd_dirs: Sequence[Path] | None = None,
+        nodes: Sequence[NodeSpec] = DEFAULT_NODES,
+        progress: Progress = _stderr,
+    ) -> None:
+        self.name = name
+        self.state_dir = (state_dir or cache_root() / "cluster" / name).resolve()
+        self.crd_dirs = list(default_crd_dirs() if crd_dirs is None else crd_dirs)
+        self.nodes = tuple(nodes)
+        self.progress = progress
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # ---- paths -------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.state_dir / "pki")
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def _state_file(self) -> Path:
+        return self.state_dir / "state.json"
+
+    @property
+    def _run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    def _load_state(self) -> tuple[Ports, dict[str, ProcessState]]:
+        try:
+            data = json.loads(self._state_file.read_text())
+        except (OSError, ValueError):
+            return Ports(), {}
+        ports = Ports(**data.get("ports", {}))
+        processes = {k: ProcessState(**v) for k, v in data.get("processes", {}).items()}
+        return ports, processes
+
+    def _save_state(self, ports: Ports, processes: dict[str, ProcessState]) -> None:
+        data = {"ports": ports.__dict__, "processes": {k: v.__dict__ for k, v in processes.items()}}
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self._state_file)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def _ours(self, proc: ProcessState) -> bool:
+        """The recorded pid still runs the recorded binary (guards against pid reuse)."""
+        argv = procs.cmdline(proc.pid)
+        return bool(argv) and argv[0] == proc.argv[0] and procs.alive(proc.pid)
+
+    def pids(self) -> dict[str, int]:
+        """Live processes of this cluster, by component."""
+        _, processes = self._load_state()
+        return {name: p.pid for name, p in processes.items() if self._ours(p)}
+
+    def server(self) -> str:
+        ports, _ = self._load_state()
+        return f"https://127.0.0.1:{ports.apiserver}"
+
+    def is_running(self) -> bool:
+        """All processes alive and the API server ready."""
+        _, processes = self._load_state()
+        if set(processes) != set(PROCESS_ORDER) or not all(
+            self._ours(p) for p in processes.values()
+        ):
+            return False
+        return self._apiserver_ready()
+
+    def status(self) -> ClusterStatus:
+        _, processes = self._load_state()
+        table = {name: (p.pid, self._ours(p)) for name, p in processes.items()}
+        live = [pid for pid, ok in table.values() if ok]
+        return ClusterStatus(
+            name=self.name,
+            state_dir=self.state_dir,
+            running=self.is_running(),
+            server=self.server(),
+            processes=table,
+            listeners=procs.listeners(procs.descendants(live)),
+        )
+
+    # ---- kubectl and client ------------------------------------------------------------------
+
+    def kubectl(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the cached kubectl on this cluster; raise ClusterError on failure if ``check``."""
+        cmd = [str(KUBERNETES.path("kubectl")), f"--kubeconfig={self.kubeconfig}", *args]
+        proc = subprocess.run(
+            cmd,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+        if check and proc.returncode != 0:
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}): "
+                f"{proc.stderr.strip() or proc.stdout.strip()}"
+            )
+        return proc
+
+    def kubectl_json(self, *args: str) -> Any:
+        """``kubectl ... -o json`` parsed."""
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(
+        self,
+        objects: Sequence[dict[str, Any]] | str,
+        *,
+        namespace: str | None = None,
+        server_side: bool = True,
+    ) -> str:
+        """Apply objects (dicts or YAML text), server-side by default; return kubectl's output."""
+        text = objects if isinstance(objects, str) else yaml.safe_dump_all(list(objects))
+        args = ["apply", "-f", "-"]
+        if namespace:
+            args += ["-n", namespace]
+        if server_side:
+            args += ["--server-side", "--force-conflicts", "--field-manager=tritonllm-cluster"]
+        return self.kubectl(*args, input=text).stdout
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this cluster."""
+        from kubernetes import config as k8s_config  # imported lazily: heavy and only for callers
+
+        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def up(self, *, build: bool = True, timeout: float = 180) -> Path:
+        """Start the cluster (building missing binaries first) and return the kubeconfig path.
+
+        A no-op when it already runs; a partly running cluster is stopped and started afresh.
+        """
+        if build:
+            ensure_all(COMPONENTS, self.progress)
+        else:
+            missing = {c.key: c.missing() for c in COMPONENTS if c.missing()}
+            if missing:
+                raise ClusterError(
+                    f"binaries missing (run `tritonllm cluster up` to build): {missing}"
+                )
+        if self.is_running():
+            self.progress(f"cluster {self.name!r} already running: {self.server()}")
+            return self.kubeconfig
+        if self.pids():
+            self.down()
+        start = time.monotonic()
+        deadline = start + timeout
+        for d in (self.state_dir, self.logs_dir, self._run_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        pki = ensure_pki(self.state_dir / "pki")
+        ports, _ = self._load_state()
+        ports.allocate()
+        processes: dict[str, ProcessState] = {}
+        self._save_state(ports, processes)
+        self._write_kubeconfig(pki, ports)
+        try:
+            self._start_etcd(ports, processes)
+            self._wait(lambda: self._etcd_healthy(ports), "etcd health", deadline, processes)
+            self._start_apiserver(pki, ports, processes)
+            self._wait(self._apiserver_ready, "kube-apiserver /readyz", deadline, processes)
+            self._install_crds()
+            self.apply([node_manifest(n, i) for i, n in enumerate(self.nodes)])
+            self._start_controllers(pki, ports, processes)
+            self._wait_crds_established(deadline)
+            self._start_lws(pki, ports, processes)
+            self._wait(
+                lambda: self._tls_listening(ports.lws_webhook),
+                "LWS webhook server",
+                deadline,
+                processes,
+            )
+            self.apply(lws_webhooks(ports.lws_webhook, pki.ca_crt.read_bytes()))
+            self._wait(self._nodes_ready, "nodes Ready (kwok)", deadline, processes)
+            self._wait(
+                lambda: self._healthz(ports.controller_manager) and self._healthz(ports.scheduler),
+                "controller-manager and scheduler /healthz",
+                deadline,
+                processes,
+            )
+            self._wait(
+                self._default_sa, "default ServiceAccount (controller-manager)", deadline, processes
+            )
+        except BaseException:
+            self.progress(f"cluster {self.name!r} failed to start; logs in {self.logs_dir}")
+            self.down()
+            raise
+        self.progress(
+            f"cluster {self.name!r} up in {time.monotonic() - start:.1f}s: {self.server()}"
+        )
+        return self.kubeconfig
+
+    def down(self, *, purge: bool = False) -> list[int]:
+        """Stop every process of this cluster; return pids that survived (should be empty)."""
+        _, processes = self._load_state()
+        ours = [
+            p for name in reversed(PROCESS_ORDER) if (p := processes.get(name)) and self._ours(p)
+        ]
+        left = procs.terminate([p.pid for p in ours])
+        for pid in [p.pid for p in ours]:
+            child = self._children.pop(pid, None)
+            if child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=1)
+        # Anything else still running from this state dir (e.g. a crashed `up` lost its record).
+        strays = procs.processes_matching(str(self.state_dir))
+        left += procs.terminate(strays)
+        if self._state_file.exists():
+            ports, _ = self._load_state()
+            self._save_state(ports, {})
+        if purge and not left:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        if ours or strays:
+            self.progress(f"cluster {self.name!r} stopped ({len(ours) + len(strays)} processes)")
+        return left
+
+    # ---- starting processes ------------------------------------------------------------------
+
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        processes: dict[str, ProcessState],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        log = self.logs_dir / f"{name}.log"
+        with log.open("ab") as fh:
+            fh.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+            fh.flush()
+            child = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self._run_dir,
+                env={**os.environ, **(env or {})},
+            )
+        self._children[child.pid] = child
+        processes[name] = ProcessState(name, child.pid, argv, str(log))
+        ports, _ = self._load_state()
+        self._save_state(ports, processes)
+
+    def _start_etcd(self, ports: Ports, processes: dict[str, ProcessState]) -> None:
+        data = self.state_dir / "etcd"
+        shutil.rmtree(data, ignore_errors=True)  # a fresh cluster on every start
+        peer = f"http://127.0.0.1:{ports.etcd_peer}"
+        client = f"http://127.0.0.1:{ports.etcd_client}"
+        self._spawn(
+            "etcd",
+            [
+                str(ETCD.path("etcd")),
+                "--name=tritonllm",
+                f"--data-dir={data}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=tritonllm={peer}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=4294967296",
+                "--auto-compaction-retention=1",
+                "--log-level=warn",
+            ],
+            processes,
+        )
+
+    def _start_apiserver(self, pki: Pki, ports: Ports, processes: dict[str, ProcessState]) -> None:
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(KUBERNETES.path("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports.apiserver}",
+                f"--tls-cert-file={pki.apiserver_crt}",
+                f"--tls-private-key-file={pki.apiserver_key}",
+                f"--client-ca-file={pki.ca_crt}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                f"--cert-dir={self._run_dir / 'apiserver'}",
+                "--endpoint-reconciler-type=none",
+                "--v=1",
+            ],
+            processes,
+        )
+
+    def _component_flags(self, port: int, name: str) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={self._run_dir / name}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ]
+
+    def _start_controllers(
+        self, pki: Pki, ports: Ports, processes: dict[str, ProcessState]
+    ) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(KUBERNETES.path("kube-controller-manager")),
+                *self._component_flags(ports.controller_manager, "kube-controller-manager"),
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca_crt}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--cluster-signing-cert-file={pki.ca_crt}",
+                f"--cluster-signing-key-file={pki.ca_key}",
+                "--use-service-account-credentials=false",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ],
+            processes,
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(KUBERNETES.path("kube-scheduler")),
+                *self._component_flags(ports.scheduler, "kube-scheduler"),
+            ],
+            processes,
+        )
+        stages = resources.files("tritonllm.cluster").joinpath("kwok-stages.yaml").read_text()
+        kwok_config = self._run_dir / "kwok.yaml"
+        kwok_config.write_text(stages)
+        self._spawn(
+            "kwok",
+            [
+                str(KWOK.path("kwok")),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={kwok_config}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.1.0.1",
+                "--node-lease-duration-seconds=40",
+            ],
+            processes,
+        )
+
+    def _start_lws(self, pki: Pki, ports: Ports, processes: dict[str, ProcessState]) -> None:
+        config = self._run_dir / "lws.yaml"
+        config.write_text(yaml.safe_dump(lws_configuration(ports.lws_webhook, pki.webhook_dir)))
+        self._spawn(
+            "lws",
+            [
+                str(LWS.path("lws")),
+                f"--config={config}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--zap-log-level=info",
+            ],
+            processes,
+            env={"KUBECONFIG": str(self.kubeconfig)},
+        )
+
+    def _write_kubeconfig(self, pki: Pki, ports: Ports) -> None:
+        context = f"tritonllm-{self.name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": context,
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{ports.apiserver}",
+                        "certificate-authority": str(pki.ca_crt),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": context,
+                    "user": {
+                        "client-certificate": str(pki.admin_crt),
+                        "client-key": str(pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+            "current-context": context,
+        }
+        tmp = self.kubeconfig.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(config))
+        tmp.chmod(0o600)
+        tmp.replace(self.kubeconfig)
+
+    def _install_crds(self) -> None:
+        """LWS CRDs from the build cache plus every YAML in our CRD directories."""
+        files = [LWS.path(f) for f in LWS_CRD_FILES]
+        for d in self.crd_dirs:
+            files += sorted(p for p in Path(d).glob("*.y*ml") if p.is_file())
+        args = ["apply", "--server-side", "--force-conflicts", "--field-manager=tritonllm-cluster"]
+        for f in files:
+            args += ["-f", str(f)]
+        self.kubectl(*args)
+
+    def _wait_crds_established(self, deadline: float) -> None:
+        remaining = max(1, int(deadline - time.monotonic()))
+        self.kubectl(
+            "wait", "--for=condition=Established", "crd", "--all", f"--timeout={remaining}s"
+        )
+
+    # ---- readiness probes --------------------------------------------------------------------
+
+    def _wait(
+        self,
+        probe: Callable[[], bool],
+        what: str,
+        deadline: float,
+        processes: dict[str, ProcessState],
+    ) -> None:
+        while True:
+            for proc in processes.values():
+                if not procs.alive(proc.pid):
+                    raise ClusterError(
+                        f"{proc.name} exited while waiting for {what}:\n{_tail(Path(proc.log))}"
+                    )
+            try:
+                if probe():
+                    return
+            except (OSError, ClusterError, ValueError, ssl.SSLError):
+                pass
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what} (logs in {self.logs_dir})")
+            time.sleep(0.2)
+
+    def _etcd_healthy(self, ports: Ports) -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports.etcd_client}/health", timeout=2) as r:
+            return bool(json.loads(r.read()).get("health") == "true")
+
+    def _apiserver_ready(self) -> bool:
+        ports, _ = self._load_state()
+        if not ports.apiserver or not self.pki.complete():
+            return False
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))
+        ctx.load_cert_chain(str(self.pki.admin_crt), str(self.pki.admin_key))
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{ports.apiserver}/readyz", timeout=2, context=ctx
+            ) as r:
+                return bool(r.status == 200)
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    @staticmethod
+    def _healthz(port: int) -> bool:
+        ctx = ssl._create_unverified_context()  # self-signed serving certs of KCM/scheduler
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=ctx
+            ) as r:
+                return bool(r.status == 200)
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    @staticmethod
+    def _tls_listening(port: int) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def _nodes_ready(self) -> bool:
+        nodes = self.kubectl_json("get", "nodes")["items"]
+        ready = {
+            n["metadata"]["name"]
+            for n in nodes
+            for c in n.get("status", {}).get("conditions", [])
+            if c["type"] == "Ready" and c["status"] == "True"
+        }
+        return {n.name for n in self.nodes} <= ready
+
+    def _default_sa(self) -> bool:
+        return (
+            self.kubectl(
+                "get", "serviceaccount", "default", "-n", "default", check=False
+            ).returncode
+            == 0
+        )
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+@contextlib.contextmanager
+def running(cluster: LocalCluster, *, stop: bool | None = None) -> Iterator[LocalCluster]:
+    """Start ``cluster`` unless it runs; then stop it if this call started it (or ``stop``)."""
+    started = not cluster.is_running()
+    if started:
+        cluster.up()
+    try:
+        yield cluster
+    finally:
+        if stop if stop is not None else started:
+            cluster.down()

@@ -1,0 +1,196 @@
+"""The engine-build Job, the model-repository Job, and the ConfigMaps holding their plans.
+
+The build Job runs in the *serving* image on the *serving* GPU product (an engine only loads under
+the TensorRT-LLM version and GPU architecture that built it). It is named by the engine key and
+shared by every deployment with that key; its owners are those deployments (none is the
+controller), so it is garbage-collected with the last of them, while the engine on the store stays.
+
+The model-repository Job copies the rendered repository from its ConfigMap to
+/store/repos/<ns>/<name>/<repository key>/ and checks it against the engine (tp x pp against the
+world size, TensorRT-LLM version) before any serving pod starts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import TritonLLMDeployment
+
+from . import naming
+from .pod import (
+    PLAN_VOLUME,
+    PYZ,
+    SHM_VOLUME,
+    TOOLS_VOLUME,
+    RenderOptions,
+    container_security,
+    env,
+    gpu_resources,
+    metadata,
+    pod_labels,
+    pod_spec_common,
+    shm_volume,
+    store_mounts,
+    store_volumes,
+    tools_init_container,
+)
+
+BUILD_PLAN_KEY = "build.json"
+REPOSITORY_PLAN_KEY = "repository.json"
+LAUNCH_PLAN_KEY = "launch.json"
+BUILD_BACKOFF_LIMIT = 2
+BUILD_DEADLINE_SECONDS = 6 * 3600
+
+
+def configmap_key(path: str) -> str:
+    """A repository path as a ConfigMap key ('/' is not allowed in keys)."""
+    return path.replace("/", "__")
+
+
+def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) -> dict[str, Any]:
+    name = naming.build_job_name(key, dep.spec.runtime)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            dep, name, naming.shared_labels(key, c.COMPONENT_BUILD), controller=False
+        ),
+        "immutable": True,
+        "data": {BUILD_PLAN_KEY: json.dumps(plan, indent=2, sort_keys=True)},
+    }
+
+
+def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions) -> dict[str, Any]:
+    """The Job that downloads, converts/quantizes and builds one engine (or, for llmapi, only
+    downloads the checkpoint: then it needs no GPU)."""
+    name = naming.build_job_name(key, dep.spec.runtime)
+    labels = naming.shared_labels(key, c.COMPONENT_BUILD)
+    container: dict[str, Any] = {
+        "name": "build",
+        "image": dep.spec.image,
+        "command": ["python3", PYZ, "build", "--plan", f"{c.PLAN_MOUNT}/{BUILD_PLAN_KEY}"],
+        "env": env(dep),
+        "volumeMounts": [
+            *store_mounts(dep, read_only=False),
+            {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
+            {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+        ],
+        "securityContext": container_security(dep),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if gpus:
+        container["resources"] = gpu_resources(dep, gpus)
+    else:
+        r = dep.spec.podTemplate.resources
+        container["resources"] = {
+            "requests": {"cpu": "1", "memory": "4Gi"},
+            "limits": {"memory": r.memory},
+        }
+    pod_spec: dict[str, Any] = {
+        **(
+            pod_spec_common(dep)
+            if gpus
+            else {"securityContext": pod_spec_common(dep)["securityContext"]}
+        ),
+        "restartPolicy": "Never",
+        "initContainers": [tools_init_container(opts)],
+        "containers": [container],
+        "volumes": [
+            *store_volumes(dep),
+            {"name": TOOLS_VOLUME, "emptyDir": {}},
+            {"name": PLAN_VOLUME, "configMap": {"name": name}},
+            shm_volume(dep),
+        ],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(dep, name, labels, controller=False),
+        "spec": {
+            "backoffLimit": BUILD_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": BUILD_DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": pod_labels(dep, labels)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def plan_configmap(
+    dep: TritonLLMDeployment, repo_key: str, files: dict[str, str]
+) -> dict[str, Any]:
+    """The rendered repository plus the repository and launch plans, immutable and keyed by
+    content: a change makes a new ConfigMap and so a rollout."""
+    labels = {
+        **naming.base_labels(dep, c.COMPONENT_REPOSITORY),
+        c.LABEL_REPO_KEY: repo_key,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(dep, naming.plan_configmap_name(dep, repo_key), labels),
+        "immutable": True,
+        "data": {configmap_key(p): body for p, body in sorted(files.items())},
+    }
+
+
+def repository_job(
+    dep: TritonLLMDeployment, repo_key: str, repo_paths: list[str], opts: RenderOptions
+) -> dict[str, Any]:
+    name = naming.repository_job_name(dep, repo_key)
+    labels = {**naming.base_labels(dep, c.COMPONENT_REPOSITORY), c.LABEL_REPO_KEY: repo_key}
+    cm = naming.plan_configmap_name(dep, repo_key)
+    items = [{"key": configmap_key(p), "path": p} for p in repo_paths]
+    container = {
+        "name": "repository",
+        "image": opts.tools_image,
+        "command": ["tritonllm", "build", "--plan", f"{c.PLAN_MOUNT}/{REPOSITORY_PLAN_KEY}"],
+        "volumeMounts": [
+            *store_mounts(dep, read_only=False),
+            {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
+        ],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(dep, name, labels),
+        "spec": {
+            "backoffLimit": 3,
+            "activeDeadlineSeconds": 1800,
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": pod_labels(dep, labels)},
+                "spec": {
+                    "securityContext": pod_spec_common(dep)["securityContext"],
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": [
+                        *store_volumes(dep),
+                        {
+                            "name": PLAN_VOLUME,
+                            "configMap": {
+                                "name": cm,
+                                "items": [
+                                    {
+                                        "key": configmap_key(REPOSITORY_PLAN_KEY),
+                                        "path": REPOSITORY_PLAN_KEY,
+                                    },
+                                    *[{**i, "path": f"repo/{i['path']}"} for i in items],
+                                ],
+                            },
+                        },
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,221 @@
+"""Pod-level pieces shared by the build Job and the serving pods.
+
+Security defaults: no privilege escalation, all capabilities dropped, the runtime's default seccomp
+profile, and non-root when the user gives a UID (NGC Triton images run as root by default; their
+`triton-server` user is UID 1000). GPUs come from the `nvidia.com/gpu` resource, the GPU product
+from a required node affinity on `nvidia.com/gpu.product`, and a toleration for the usual
+`nvidia.com/gpu` taint is always present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import TritonLLMDeployment
+
+from . import naming
+
+TOOLS_VOLUME = "tritonllm-tools"
+STORE_VOLUME = "model-store"
+SOURCE_VOLUME = "model-source"
+PLAN_VOLUME = "plan"
+SHM_VOLUME = "dshm"
+PYZ = f"{c.TOOLS_MOUNT}/tritonllm.pyz"
+# Where the operator image keeps the zipapp of tritonllm's in-pod entry points.
+PYZ_IN_TOOLS_IMAGE = "/usr/local/share/tritonllm/tritonllm.pyz"
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderOptions:
+    """Facts and settings from outside the CR that shape rendered objects."""
+
+    # Image that carries tritonllm (the operator image): it copies the in-pod entry points
+    # into the Triton container and runs the model-repository step.
+    tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
+    # The engine is already on the store (observed by the operator): pods start faster.
+    engine_cached: bool = False
+    cluster_domain: str = "cluster.local"
+    # Live replica count to keep when an autoscaler owns it (None: leave the field out).
+    observed_replicas: int | None = None
+
+
+def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:
+    """Owner reference to the CR (only when it exists in a cluster and so has a UID)."""
+    if not dep.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "name": dep.name,
+            "uid": dep.metadata.uid,
+            "controller": controller,
+            "blockOwnerDeletion": controller,
+        }
+    ]
+
+
+def metadata(
+    dep: TritonLLMDeployment,
+    name: str,
+    labels: dict[str, str],
+    *,
+    controller: bool = True,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": dep.namespace, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    refs = owner_references(dep, controller=controller)
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+def container_security(dep: TritonLLMDeployment) -> dict[str, Any]:
+    sec: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    uid = dep.spec.podTemplate.runAsUser
+    if uid is not None:
+        sec["runAsUser"] = uid
+        sec["runAsNonRoot"] = uid != 0
+    return sec
+
+
+def pod_security(dep: TritonLLMDeployment) -> dict[str, Any]:
+    sec: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    uid = dep.spec.podTemplate.runAsUser
+    if uid is not None:
+        sec.update({"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, "runAsNonRoot": uid != 0})
+    return sec
+
+
+def tolerations(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    out += [t.to_wire() for t in dep.spec.podTemplate.tolerations]
+    return out
+
+
+def affinity(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+    product = dep.spec.gpu.product
+    if not product:
+        return None
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": c.GPU_PRODUCT_LABEL, "operator": "In", "values": [product]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+
+
+def env(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": f"{c.STORE_MOUNT}/.cache/huggingface"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        # Open MPI inside containers: shared-memory single-copy needs ptrace, which restricted
+        # pods do not have; this falls back to plain copies.
+        {"name": "OMPI_MCA_btl_vader_single_copy_mechanism", "value": "none"},
+    ]
+    creds = dep.spec.model.credentials
+    if creds:
+        out.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": creds.secretName, "key": creds.key}},
+            }
+        )
+    out += [e.to_wire() for e in dep.spec.podTemplate.env]
+    return out
+
+
+def tools_init_container(opts: RenderOptions) -> dict[str, Any]:
+    """Copies tritonllm's zipapp into the pod; the Triton image runs it with its own python3."""
+    return {
+        "name": "tritonllm-tools",
+        "image": opts.tools_image,
+        "command": ["cp", PYZ_IN_TOOLS_IMAGE, PYZ],
+        "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT}],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        },
+    }
+
+
+def store_volumes(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    vols: list[dict[str, Any]] = [
+        {"name": STORE_VOLUME, "persistentVolumeClaim": {"claimName": dep.spec.storage.claimName}},
+    ]
+    claim = naming.source_claim(dep)
+    if claim:
+        vols.append(
+            {"name": SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+        )
+    return vols
+
+
+def store_mounts(dep: TritonLLMDeployment, *, read_only: bool) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": STORE_VOLUME, "mountPath": c.STORE_MOUNT, "readOnly": read_only}
+    ]
+    if naming.source_claim(dep):
+        mounts.append({"name": SOURCE_VOLUME, "mountPath": naming.SOURCE_MOUNT, "readOnly": True})
+    return mounts
+
+
+def shm_volume(dep: TritonLLMDeployment) -> dict[str, Any]:
+    return {
+        "name": SHM_VOLUME,
+        "emptyDir": {"medium": "Memory", "sizeLimit": dep.spec.podTemplate.shmSize},
+    }
+
+
+def gpu_resources(dep: TritonLLMDeployment, gpus: int) -> dict[str, Any]:
+    r = dep.spec.podTemplate.resources
+    return {
+        "requests": {"cpu": r.cpu, "memory": r.memory, c.GPU_RESOURCE: str(gpus)},
+        "limits": {"cpu": r.cpu, "memory": r.memory, c.GPU_RESOURCE: str(gpus)},
+    }
+
+
+def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """Fields every GPU pod of a deployment shares."""
+    pt = dep.spec.podTemplate
+    spec: dict[str, Any] = {
+        "securityContext": pod_security(dep),
+        "tolerations": tolerations(dep),
+        "enableServiceLinks": False,
+    }
+    aff = affinity(dep)
+    if aff:
+        spec["affinity"] = aff
+    if pt.nodeSelector:
+        spec["nodeSelector"] = dict(pt.nodeSelector)
+    if pt.serviceAccountName:
+        spec["serviceAccountName"] = pt.serviceAccountName
+    if pt.imagePullSecrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in pt.imagePullSecrets]
+    if pt.priorityClassName:
+        spec["priorityClassName"] = pt.priorityClassName
+    return spec
+
+
+def pod_labels(dep: TritonLLMDeployment, labels: dict[str, str]) -> dict[str, str]:
+    """User labels first, so the operator's labels (selectors) always win."""
+    return {**dep.spec.podTemplate.labels, **labels}

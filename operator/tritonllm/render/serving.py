@@ -1,0 +1,339 @@
+"""The serving workload (Deployment or LeaderWorkerSet), its Service, HPA and disruption budget.
+
+Single node (world size <= gpu.perNode): a Deployment whose pods each take world-size GPUs and run
+`tritonllm launch`, which execs mpirun in the foreground (world_size ranks, rank 0 serving).
+Multi node: a LeaderWorkerSet whose groups have world/perNode pods of perNode GPUs; the leader runs
+mpirun over the group (SSH with a per-deployment key instead of `kubectl exec`, so no pod needs
+`pods/exec`), workers run an unprivileged sshd and wait.
+
+Rollouts surge one replica and never take one away first (maxUnavailable 0): an engine or
+repository change keeps the old pods serving until new ones are Ready. Replicas are left out of the
+object when an autoscaler owns them, so a server-side apply never resets the HPA's choice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import TritonLLMDeployment
+
+from . import naming
+from .jobs import LAUNCH_PLAN_KEY, configmap_key
+from .pod import (
+    PLAN_VOLUME,
+    PYZ,
+    SHM_VOLUME,
+    TOOLS_VOLUME,
+    RenderOptions,
+    container_security,
+    env,
+    gpu_resources,
+    metadata,
+    pod_labels,
+    pod_spec_common,
+    shm_volume,
+    store_mounts,
+    store_volumes,
+    tools_init_container,
+)
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+MPI_SSH_MOUNT = "/etc/tritonllm/ssh"
+PROBE_PERIOD_SECONDS = 10
+# Startup budget: loading a cached engine from the store is minutes; the first load after a
+# build (cold page cache) or an llmapi load (weights read and compiled at start) takes longer.
+STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
+STARTUP_BUDGET_COLD_SECONDS = 45 * 60
+
+
+def is_multi_node(dep: TritonLLMDeployment) -> bool:
+    return dep.spec.runtime == "engine" and dep.spec.world_size > dep.spec.gpu.perNode
+
+
+def nodes_per_replica(dep: TritonLLMDeployment) -> int:
+    return dep.spec.world_size // dep.spec.gpu.perNode if is_multi_node(dep) else 1
+
+
+def gpus_per_pod(dep: TritonLLMDeployment) -> int:
+    return dep.spec.gpu.perNode if is_multi_node(dep) else dep.spec.world_size
+
+
+def endpoint(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
+    host = f"{naming.serving_name(dep)}.{dep.namespace}.svc"
+    route = "generate_stream" if dep.spec.serving.streaming else "generate"
+    model = "tensorrt_llm" if dep.spec.runtime == "llmapi" else "ensemble"
+    return f"http://{host}:{c.HTTP_PORT}/v2/models/{model}/{route}"
+
+
+def probes(opts: RenderOptions) -> dict[str, Any]:
+    budget = STARTUP_BUDGET_CACHED_SECONDS if opts.engine_cached else STARTUP_BUDGET_COLD_SECONDS
+    return {
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "failureThreshold": budget // PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+            "timeoutSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", "port": "http"},
+            "periodSeconds": PROBE_PERIOD_SECONDS,
+            "failureThreshold": 6,
+            "timeoutSeconds": 5,
+        },
+    }
+
+
+def _ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "http", "containerPort": c.HTTP_PORT, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": c.GRPC_PORT, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": c.METRICS_PORT, "protocol": "TCP"},
+    ]
+
+
+def _pod_template(
+    dep: TritonLLMDeployment,
+    repo_key: str,
+    key: str,
+    opts: RenderOptions,
+    *,
+    role: str,
+) -> dict[str, Any]:
+    """role: "server" (single node), "leader" or "worker" (multi node)."""
+    cm = naming.plan_configmap_name(dep, repo_key)
+    labels = {
+        **naming.base_labels(dep, c.COMPONENT_SERVER if role != "worker" else "worker"),
+        c.LABEL_ENGINE_KEY: key,
+        c.LABEL_REPO_KEY: repo_key,
+    }
+    mode = {"server": "single", "leader": "leader", "worker": "worker"}[role]
+    container: dict[str, Any] = {
+        "name": "triton",
+        "image": dep.spec.image,
+        "command": [
+            "python3",
+            PYZ,
+            "launch",
+            "--mode",
+            mode,
+            "--plan",
+            f"{c.PLAN_MOUNT}/{LAUNCH_PLAN_KEY}",
+        ],
+        "env": env(dep),
+        "resources": gpu_resources(dep, gpus_per_pod(dep)),
+        "volumeMounts": [
+            *store_mounts(dep, read_only=True),
+            {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
+            {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+        ],
+        "securityContext": container_security(dep),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if role != "worker":
+        container["ports"] = _ports()
+        container.update(probes(opts))
+    volumes: list[dict[str, Any]] = [
+        *store_volumes(dep),
+        {"name": TOOLS_VOLUME, "emptyDir": {}},
+        {
+            "name": PLAN_VOLUME,
+            "configMap": {
+                "name": cm,
+                "items": [{"key": configmap_key(LAUNCH_PLAN_KEY), "path": LAUNCH_PLAN_KEY}],
+            },
+        },
+        shm_volume(dep),
+    ]
+    if is_multi_node(dep):
+        container["volumeMounts"].append(
+            {"name": "mpi-ssh", "mountPath": MPI_SSH_MOUNT, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": "mpi-ssh",
+                "secret": {"secretName": naming.mpi_secret_name(dep), "defaultMode": 0o400},
+            }
+        )
+    annotations = {
+        **dep.spec.podTemplate.annotations,
+        "prometheus.io/scrape": "true" if role != "worker" else "false",
+        "prometheus.io/port": str(c.METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    return {
+        "metadata": {"labels": pod_labels(dep, labels), "annotations": annotations},
+        "spec": {
+            **pod_spec_common(dep),
+            # Long enough for tritonserver to drain in-flight requests after SIGTERM.
+            "terminationGracePeriodSeconds": 60,
+            "initContainers": [tools_init_container(opts)],
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
+
+
+def _replicas(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any]:
+    if dep.spec.autoscaling is None:
+        return {"replicas": dep.spec.serving.replicas}
+    # The HPA owns the count; keep what is live (or leave it to the API default on create).
+    return {} if opts.observed_replicas is None else {"replicas": opts.observed_replicas}
+
+
+def deployment(
+    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
+) -> dict[str, Any]:
+    labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(dep, naming.serving_name(dep), labels),
+        "spec": {
+            **_replicas(dep, opts),
+            "selector": {"matchLabels": naming.selector_labels(dep)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": STARTUP_BUDGET_COLD_SECONDS + 600,
+            "template": _pod_template(dep, repo_key, key, opts, role="server"),
+        },
+    }
+
+
+def leader_worker_set(
+    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
+) -> dict[str, Any]:
+    labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": metadata(dep, naming.serving_name(dep), labels),
+        "spec": {
+            **_replicas(dep, opts),
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "leaderWorkerTemplate": {
+                "size": nodes_per_replica(dep),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": _pod_template(dep, repo_key, key, opts, role="leader"),
+                "workerTemplate": _pod_template(dep, repo_key, key, opts, role="worker"),
+            },
+        },
+    }
+
+
+def service(dep: TritonLLMDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(
+            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
+        ),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": naming.selector_labels(dep),
+            "ports": [
+                {"name": "http", "port": c.HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                {
+                    "name": "grpc",
+                    "port": c.GRPC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "grpc",
+                },
+                {
+                    "name": "metrics",
+                    "port": c.METRICS_PORT,
+                    "targetPort": "metrics",
+                    "protocol": "TCP",
+                },
+            ],
+        },
+    }
+
+
+# Pods-metric names a Prometheus adapter serves for each autoscaling metric.
+POD_METRICS = {
+    "queueComputeRatio": "tritonllm_queue_compute_ratio",
+    "pendingRequests": "nv_inference_pending_request_count",
+    "kvCacheUtilization": "tritonllm_kv_cache_utilization",
+}
+
+
+def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+    a = dep.spec.autoscaling
+    if a is None:
+        return None
+    if a.metric == "cpu":
+        metric: dict[str, Any] = {
+            "type": "Resource",
+            "resource": {
+                "name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": int(float(a.target))},
+            },
+        }
+    else:
+        metric = {
+            "type": "Pods",
+            "pods": {
+                "metric": {"name": POD_METRICS[a.metric]},
+                "target": {"type": "AverageValue", "averageValue": a.target},
+            },
+        }
+    target = (
+        {"apiVersion": LWS_API, "kind": "LeaderWorkerSet"}
+        if is_multi_node(dep)
+        else {"apiVersion": "apps/v1", "kind": "Deployment"}
+    )
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(
+            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
+        ),
+        "spec": {
+            "scaleTargetRef": {**target, "name": naming.serving_name(dep)},
+            "minReplicas": a.minReplicas,
+            "maxReplicas": a.maxReplicas,
+            "metrics": [metric],
+            # GPU pods start slowly: scale up promptly, scale down only after a calm period.
+            "behavior": {
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 60,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 600,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+                },
+            },
+        },
+    }
+
+
+def pod_disruption_budget(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+    """At most one serving pod voluntarily evicted at a time (only meaningful with > 1)."""
+    many = dep.spec.autoscaling is not None or dep.spec.serving.replicas > 1
+    if not many or is_multi_node(dep):
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(
+            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
+        ),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": naming.selector_labels(dep)}},
+    }

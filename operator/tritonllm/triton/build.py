@@ -1,0 +1,236 @@
+"""The engine build pipeline as data: download, convert or quantize, trtllm-build.
+
+The operator renders this plan (pure) into the build Job's ConfigMap; `tritonllm build` inside the
+Triton image executes it step by step. Command lines follow shared/reference/tensorrt-llm-triton.md
+section 3, with the flag churn between versions handled here:
+
+- ``--max_seq_len`` replaced ``--max_output_len`` in 0.11 (before it, output = seq - input);
+- plugin dtypes: ``auto`` is resolved to the model dtype, which every version accepts;
+- ``--multiple_profiles`` exists since 0.11;
+- converters moved from ``examples/<model>/`` to ``examples/models/core/<model>/`` in later
+  releases, so the plan lists both and the runtime takes the one the image has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonllm.api.spec import MODELOPT_FORMATS, TritonLLMDeploymentSpec
+from tritonllm.api.versions import TrtllmVersion
+
+# Hugging Face `architectures[0]` -> TensorRT-LLM example directory holding convert_checkpoint.py.
+CONVERTERS: dict[str, str] = {
+    "GPT2LMHeadModel": "gpt",
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "MixtralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma",
+    "Phi3ForCausalLM": "phi",
+    "FalconForCausalLM": "falcon",
+}
+# spec.model.architecture -> example directory (auto: decided from config.json at build time).
+ARCHITECTURE_DIRS: dict[str, str] = {
+    "gpt2": "gpt",
+    "llama": "llama",
+    "mistral": "llama",
+    "mixtral": "llama",
+    "qwen2": "qwen",
+    "gemma": "gemma",
+    "phi3": "phi",
+    "falcon": "falcon",
+}
+EXAMPLE_ROOTS = (
+    "/app/tensorrt_llm/examples",
+    "/opt/tensorrt_llm/examples",
+    "/workspace/tensorrt_llm/examples",
+)
+
+
+def _plugin(value: str, dtype: str) -> str:
+    return dtype if value == "auto" else value
+
+
+def converter_candidates(example_dir: str) -> list[str]:
+    """Where convert_checkpoint.py for an example directory may live, relative to examples/."""
+    return [
+        f"{example_dir}/convert_checkpoint.py",
+        f"models/core/{example_dir}/convert_checkpoint.py",
+    ]
+
+
+def convert_step(
+    spec: TritonLLMDeploymentSpec, *, weights_dir: str, checkpoint_dir: str
+) -> dict[str, Any]:
+    """convert_checkpoint.py or quantize.py: a TensorRT-LLM checkpoint with tp/pp fixed."""
+    e = spec.engine
+    q = e.quantization
+    par = ["--tp_size", str(e.parallelism.tensor), "--pp_size", str(e.parallelism.pipeline)]
+    if q.format in MODELOPT_FORMATS:
+        argv = [
+            "python3",
+            "{examples}/quantization/quantize.py",
+            "--model_dir",
+            weights_dir,
+            "--output_dir",
+            checkpoint_dir,
+            "--dtype",
+            e.dtype,
+            "--qformat",
+            q.format,
+            "--calib_size",
+            str(q.calibrationSize),
+            *par,
+        ]
+        if q.format in ("int4_awq", "w4a8_awq"):
+            argv += ["--awq_block_size", str(q.awqBlockSize)]
+        if q.kvCacheDtype != "none":
+            argv += ["--kv_cache_dtype", q.kvCacheDtype]
+        if q.calibrationDataset:
+            argv += ["--calib_dataset", q.calibrationDataset]
+        return {"name": "quantize", "argv": argv, "script": "quantization/quantize.py"}
+    argv = [
+        "python3",
+        "{converter}",
+        "--model_dir",
+        weights_dir,
+        "--output_dir",
+        checkpoint_dir,
+        "--dtype",
+        e.dtype,
+        *par,
+    ]
+    if q.format in ("int8_wo", "int4_wo"):
+        argv += ["--use_weight_only", "--weight_only_precision", q.format.removesuffix("_wo")]
+    if q.kvCacheDtype == "int8":
+        argv.append("--int8_kv_cache")
+    elif q.kvCacheDtype == "fp8":
+        argv.append("--fp8_kv_cache")
+    arch = spec.model.architecture
+    return {
+        "name": "convert",
+        "argv": argv,
+        # auto: the runtime maps config.json `architectures[0]` through `converters`.
+        "exampleDir": None if arch == "auto" else ARCHITECTURE_DIRS[arch],
+        "converters": CONVERTERS,
+    }
+
+
+def trtllm_build_argv(
+    spec: TritonLLMDeploymentSpec,
+    version: TrtllmVersion,
+    *,
+    checkpoint_dir: str,
+    engine_dir: str,
+    workers: int,
+) -> list[str]:
+    """trtllm-build with the limits and plugins of the spec, in the version's flag dialect."""
+    e = spec.engine
+    lim = e.limits
+    argv = [
+        "trtllm-build",
+        "--checkpoint_dir",
+        checkpoint_dir,
+        "--output_dir",
+        engine_dir,
+        "--max_batch_size",
+        str(lim.maxBatchSize),
+        "--max_input_len",
+        str(lim.maxInputLen),
+    ]
+    if version.at_least("0.11"):
+        argv += ["--max_seq_len", str(lim.maxSeqLen)]
+    else:
+        argv += ["--max_output_len", str(lim.maxSeqLen - lim.maxInputLen)]
+    argv += [
+        "--max_num_tokens",
+        str(lim.maxNumTokens),
+        "--max_beam_width",
+        str(lim.maxBeamWidth),
+        "--gemm_plugin",
+        _plugin(e.plugins.gemm, e.dtype),
+        "--gpt_attention_plugin",
+        _plugin(e.plugins.gptAttention, e.dtype),
+        "--use_paged_context_fmha",
+        "enable" if e.plugins.pagedContextFmha else "disable",
+    ]
+    if version.at_least("0.11"):
+        argv += ["--kv_cache_type", "paged"]
+    else:
+        argv += ["--paged_kv_cache", "enable"]
+    if e.plugins.multipleProfiles and version.at_least("0.11"):
+        argv += ["--multiple_profiles", "enable"]
+    argv += ["--workers", str(workers)]
+    return argv
+
+
+def build_gpus(spec: TritonLLMDeploymentSpec) -> int:
+    """GPUs the build Job asks for: one node's worth at most (ranks build in turn on them)."""
+    return min(spec.world_size, spec.gpu.perNode)
+
+
+def download_step(spec: TritonLLMDeploymentSpec, *, weights_dir: str) -> dict[str, Any]:
+    """Fetch the checkpoint: from the Hub into the store, or check it exists on a PVC."""
+    source = spec.model.source
+    if source.startswith("hf://"):
+        return {
+            "name": "download",
+            "kind": "huggingface",
+            "repo": source.removeprefix("hf://"),
+            "revision": spec.model.revision,
+            "localDir": weights_dir,
+            "tokenEnv": "HF_TOKEN" if spec.model.credentials else None,
+        }
+    return {"name": "download", "kind": "local", "localDir": weights_dir}
+
+
+def build_plan(
+    spec: TritonLLMDeploymentSpec,
+    version: TrtllmVersion,
+    *,
+    engine_key: str,
+    weights_dir: str,
+    checkpoint_dir: str,
+    engine_dir: str,
+) -> dict[str, Any]:
+    """Everything `tritonllm build` needs, as JSON-ready data."""
+    return {
+        "version": 1,
+        "engineKey": engine_key,
+        "trtllmVersion": str(version),
+        "gpuProduct": spec.gpu.product,
+        "tensorParallel": spec.engine.parallelism.tensor,
+        "pipelineParallel": spec.engine.parallelism.pipeline,
+        "worldSize": spec.world_size,
+        "weightsDir": weights_dir,
+        "checkpointDir": checkpoint_dir,
+        "engineDir": engine_dir,
+        "exampleRoots": list(EXAMPLE_ROOTS),
+        "steps": [
+            download_step(spec, weights_dir=weights_dir),
+            convert_step(spec, weights_dir=weights_dir, checkpoint_dir=checkpoint_dir),
+            {
+                "name": "build",
+                "argv": trtllm_build_argv(
+                    spec,
+                    version,
+                    checkpoint_dir=checkpoint_dir,
+                    engine_dir=engine_dir,
+                    workers=build_gpus(spec),
+                ),
+            },
+        ],
+    }
+
+
+def download_plan(
+    spec: TritonLLMDeploymentSpec, *, model_key: str, weights_dir: str
+) -> dict[str, Any]:
+    """llmapi runtime: only fetch the checkpoint onto the store (no engine is built)."""
+    return {
+        "version": 1,
+        "engineKey": model_key,
+        "weightsDir": weights_dir,
+        "steps": [download_step(spec, weights_dir=weights_dir)],
+    }

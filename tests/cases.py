@@ -1,0 +1,243 @@
+"""Shared test data: a minimal valid CR and a table of invalid ones.
+
+The same table drives the unit tests (pydantic + rules, `tritonllm render` exit code 2) and the
+cluster tests (the API server's schema and CEL rules reject the same objects), so both layers are
+held to one list of mistakes and the field each must name.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+BASE: dict[str, Any] = {
+    "apiVersion": "tritonllm.io/v1alpha1",
+    "kind": "TritonLLMDeployment",
+    "metadata": {"name": "demo", "namespace": "default"},
+    "spec": {
+        "image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+        "model": {"source": "hf://meta-llama/Llama-2-7b-hf"},
+    },
+}
+
+
+def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `patch` into a copy of `base`; a None value deletes the key."""
+    out = copy.deepcopy(base)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def cr(spec_patch: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    """BASE with a patch applied to spec (and optional top-level patches, e.g. metadata)."""
+    obj = merge(BASE, {"spec": spec_patch or {}})
+    return merge(obj, top)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    id: str
+    obj: dict[str, Any]
+    # The field the error must name (a substring of the reported path).
+    field: str
+    # Whether the API server rejects it at admission (schema or CEL). False: only the operator
+    # can tell (it needs the image version table or GPU knowledge).
+    admission: bool = True
+    # A substring of the message the user must see (CEL message or ours).
+    says: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+INVALID: list[Invalid] = [
+    Invalid("tp-zero", cr({"engine": {"parallelism": {"tensor": 0}}}), "engine.parallelism.tensor"),
+    Invalid(
+        "pp-negative",
+        cr({"engine": {"parallelism": {"pipeline": -1}}}),
+        "engine.parallelism.pipeline",
+    ),
+    Invalid(
+        "tp-wrong-type",
+        cr({"engine": {"parallelism": {"tensor": "four"}}}),
+        "engine.parallelism.tensor",
+    ),
+    Invalid(
+        "world-fits-no-node",
+        cr({"engine": {"parallelism": {"tensor": 4, "pipeline": 3}}, "gpu": {"perNode": 8}}),
+        "engine.parallelism",
+        says="world size",
+    ),
+    Invalid(
+        "tp-straddles-nodes",
+        cr({"engine": {"parallelism": {"tensor": 3, "pipeline": 8}}, "gpu": {"perNode": 8}}),
+        "engine.parallelism.tensor",
+        says="straddle",
+    ),
+    Invalid(
+        "unknown-quantization",
+        cr({"engine": {"quantization": {"format": "int3_magic"}}}),
+        "engine.quantization.format",
+    ),
+    Invalid(
+        "awq-with-float32",
+        cr({"engine": {"dtype": "float32", "quantization": {"format": "int4_awq"}}}),
+        "engine.quantization.format",
+        says="float16 or bfloat16",
+    ),
+    Invalid("no-model-source", cr({"model": {"source": None, "revision": "main"}}), "model.source"),
+    Invalid(
+        "bad-model-source",
+        cr({"model": {"source": "s3://bucket/llama"}}),
+        "model.source",
+        says="hf://",
+    ),
+    Invalid("no-spec", merge(BASE, {"spec": None}), "spec"),
+    Invalid(
+        "seq-not-above-input",
+        cr({"engine": {"limits": {"maxInputLen": 2048, "maxSeqLen": 1024}}}),
+        "engine.limits.maxSeqLen",
+        says="greater than",
+    ),
+    Invalid(
+        "negative-batch",
+        cr({"engine": {"limits": {"maxBatchSize": -4}}}),
+        "engine.limits.maxBatchSize",
+    ),
+    Invalid(
+        "kv-fraction-above-one",
+        cr({"serving": {"kvCache": {"freeGpuMemFraction": 1.5}}}),
+        "serving.kvCache.freeGpuMemFraction",
+    ),
+    Invalid(
+        "kv-tokens-below-seq",
+        cr({"serving": {"kvCache": {"maxTokens": 100}}}),
+        "serving.kvCache.maxTokens",
+        says="full sequence",
+    ),
+    Invalid("malformed-image", cr({"image": "NVCR.io/Nvidia/Triton Server:latest"}), "image"),
+    Invalid(
+        "streaming-with-v1",
+        cr({"serving": {"streaming": True, "batching": "V1"}}),
+        "serving.streaming",
+        says="in-flight batching",
+    ),
+    Invalid(
+        "autoscaling-min-above-max",
+        cr({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}),
+        "autoscaling.minReplicas",
+        says="must not exceed",
+    ),
+    Invalid("negative-replicas", cr({"serving": {"replicas": -1}}), "serving.replicas"),
+    Invalid("unknown-field", cr({"engine": {"tensorParallel": 2}}), "engine.tensorParallel"),
+    Invalid(
+        "kv-reuse-without-paged-fmha",
+        cr(
+            {
+                "serving": {"kvCache": {"enableReuse": True}},
+                "engine": {"plugins": {"pagedContextFmha": False}},
+            }
+        ),
+        "serving.kvCache.enableReuse",
+        says="pagedContextFmha",
+    ),
+    Invalid(
+        "llmapi-with-quantization",
+        cr(
+            {
+                "runtime": "llmapi",
+                "image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3",
+                "engine": {"quantization": {"format": "int4_awq"}},
+            }
+        ),
+        "engine.quantization.format",
+        says="llmapi",
+    ),
+    Invalid(
+        "bls-instances-without-bls",
+        cr({"serving": {"instances": {"bls": 8}}}),
+        "serving.instances.bls",
+    ),
+    Invalid(
+        "llmapi-with-bls",
+        cr(
+            {
+                "runtime": "llmapi",
+                "image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3",
+                "serving": {"bls": True},
+            }
+        ),
+        "serving.bls",
+        says="runtime engine",
+    ),
+    Invalid(
+        "bls-instances-above-batch",
+        cr(
+            {
+                "serving": {"bls": True, "instances": {"bls": 128}},
+                "engine": {"limits": {"maxBatchSize": 8}},
+            }
+        ),
+        "serving.instances.bls",
+        says="maxBatchSize",
+    ),
+    Invalid(
+        "int8-sq-with-fp8-kv",
+        cr({"engine": {"quantization": {"format": "int8_sq", "kvCacheDtype": "fp8"}}}),
+        "engine.quantization.kvCacheDtype",
+        says="int8",
+    ),
+    Invalid("bad-shm-quantity", cr({"podTemplate": {"shmSize": "lots"}}), "podTemplate.shmSize"),
+    Invalid("name-too-long", cr(metadata={"name": "a" * 45}), "metadata.name"),
+    Invalid("name-starts-with-digit", cr(metadata={"name": "7b-llama"}), "metadata.name"),
+    # Only the operator can tell these (no version table or GPU knowledge in the API server):
+    Invalid(
+        "unknown-image-version",
+        cr({"image": "registry.local/triton:custom"}),
+        "spec.trtllmVersion",
+        admission=False,
+        says="set spec.trtllmVersion",
+    ),
+    Invalid(
+        "llmapi-on-old-image",
+        cr({"runtime": "llmapi"}),
+        "spec.runtime",
+        admission=False,
+        says="0.19",
+    ),
+    Invalid(
+        "engine-on-image-without-engine-path",
+        cr({"trtllmVersion": "1.3.0", "image": "registry.local/triton:next"}),
+        "spec.runtime",
+        admission=False,
+        says="llmapi",
+    ),
+    Invalid(
+        "fp8-on-ampere",
+        cr(
+            {
+                "engine": {"quantization": {"format": "fp8"}},
+                "gpu": {"product": "NVIDIA-A100-SXM4-80GB"},
+            }
+        ),
+        "spec.engine.quantization.format",
+        admission=False,
+        says="Ada",
+    ),
+    Invalid(
+        "shm-above-memory",
+        cr({"podTemplate": {"shmSize": "128Gi", "resources": {"memory": "64Gi"}}}),
+        "spec.podTemplate.shmSize",
+        admission=False,
+        says="memory",
+    ),
+]
