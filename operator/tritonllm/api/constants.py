@@ -74,3 +74,10 @@ CONDITION_TYPES: Final = (
     COND_PROGRESSING,
     COND_DEGRADED,
 )
+
+# --- the engine cache record (a second, operator-written kind) ------------------------------
+ENGINE_KIND: Final = "TritonLLMEngine"
+ENGINE_PLURAL: Final = "tritonllmengines"
+ENGINE_SINGULAR: Final = "tritonllmengine"
+ENGINE_SHORT_NAMES: Final = ("tllme",)
+ENGINE_CRD_NAME: Final = f"{ENGINE_PLURAL}.{GROUP}"

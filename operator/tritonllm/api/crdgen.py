@@ -15,6 +15,7 @@ from typing import Any
 
 from . import constants as c
 from .deployment import NAME_PATTERN
+from .engine import TritonLLMEngineSpec, TritonLLMEngineStatus
 from .spec import RULE_SITES, TritonLLMDeploymentSpec
 from .status import TritonLLMDeploymentStatus
 
@@ -174,8 +175,55 @@ PRINTER_COLUMNS: list[Schema] = [
 ]
 
 
+def _crd(
+    *,
+    crd_name: str,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: tuple[str, ...],
+    root: Schema,
+    columns: list[Schema],
+    scale: bool,
+) -> Schema:
+    subresources: Schema = {"status": {}}
+    if scale:
+        subresources["scale"] = {
+            "specReplicasPath": ".spec.serving.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name, "labels": {c.LABEL_PART_OF: c.APP_NAME}},
+        "spec": {
+            "group": c.GROUP,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
+                "categories": list(c.CATEGORIES),
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": c.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
 def crd() -> Schema:
-    """The complete CustomResourceDefinition as a dict."""
+    """The TritonLLMDeployment CustomResourceDefinition as a dict."""
     root: Schema = {
         "type": "object",
         "description": "TritonLLMDeployment serves a large language model with Triton Inference "
@@ -202,40 +250,48 @@ def crd() -> Schema:
             },
         ],
     }
+    return _crd(
+        crd_name=c.CRD_NAME, kind=c.KIND, plural=c.PLURAL, singular=c.SINGULAR,
+        short_names=c.SHORT_NAMES, root=root, columns=PRINTER_COLUMNS, scale=True,
+    )
+
+
+ENGINE_COLUMNS: list[Schema] = [
+    {"name": "State", "type": "string", "jsonPath": ".status.state"},
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.source"},
+    {"name": "TP", "type": "integer", "jsonPath": ".spec.tensorParallel"},
+    {"name": "PP", "type": "integer", "jsonPath": ".spec.pipelineParallel"},
+    {"name": "TRT-LLM", "type": "string", "jsonPath": ".spec.trtllmVersion"},
+    {"name": "Attempts", "type": "integer", "jsonPath": ".status.attempts", "priority": 1},
+    {"name": "GPU", "type": "string", "jsonPath": ".spec.gpuProduct", "priority": 1},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def engine_crd() -> Schema:
+    """The TritonLLMEngine CustomResourceDefinition (the engine cache records)."""
+    root: Schema = {
+        "type": "object",
+        "description": "TritonLLMEngine records one engine (or downloaded checkpoint) on a model "
+        "store. Written by the operator; it outlives deployments and is the engine cache.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": model_schema(TritonLLMEngineSpec),
+            "status": model_schema(TritonLLMEngineStatus),
+        },
+    }
+    return _crd(
+        crd_name=c.ENGINE_CRD_NAME, kind=c.ENGINE_KIND, plural=c.ENGINE_PLURAL,
+        singular=c.ENGINE_SINGULAR, short_names=c.ENGINE_SHORT_NAMES, root=root,
+        columns=ENGINE_COLUMNS, scale=False,
+    )
+
+
+def all_crds() -> dict[str, Schema]:
+    """File name -> CRD, for every kind tritonllm defines."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": c.CRD_NAME,
-            "labels": {c.LABEL_PART_OF: c.APP_NAME},
-        },
-        "spec": {
-            "group": c.GROUP,
-            "names": {
-                "kind": c.KIND,
-                "listKind": f"{c.KIND}List",
-                "plural": c.PLURAL,
-                "singular": c.SINGULAR,
-                "shortNames": list(c.SHORT_NAMES),
-                "categories": list(c.CATEGORIES),
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": c.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": root},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.serving.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                }
-            ],
-        },
+        f"{c.GROUP}_{c.PLURAL}.yaml": crd(),
+        f"{c.GROUP}_{c.ENGINE_PLURAL}.yaml": engine_crd(),
     }

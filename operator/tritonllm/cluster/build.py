@@ -191,14 +191,11 @@ def _version_ldflags(version: str, build_date: str) -> str:
     return " ".join(flags)
 
 
-def _install_outputs(
-    component: Component, tmp: Path, renames: dict[str, str] | None = None
-) -> None:
+def _install_outputs(component: Component, tmp: Path) -> None:
     """Move built files from ``tmp`` into the component's cache directory atomically, one by one."""
     component.bindir.mkdir(parents=True, exist_ok=True)
     for src in tmp.iterdir():
-        name = (renames or {}).get(src.name, src.name)
-        os.replace(src, component.bindir / name)
+        os.replace(src, component.bindir / src.name)
 
 
 def _build_kubernetes(
@@ -268,28 +265,47 @@ def _info_time(info: dict[str, str]) -> str:
     return "1970-01-01T00:00:00Z"
 
 
-def _build_etcd(component: Component, log: Path, progress: Progress) -> None:
+def _build_in_wrapper(
+    component: Component,
+    package: str,
+    binary: str,
+    log: Path,
+    progress: Progress,
+    *,
+    ldflags: str = "-s -w",
+) -> None:
+    """``go get package@version`` in a small wrapper module, then ``go build`` it as ``binary``.
+
+    Used where ``go install pkg@version`` does not work: modules with replace directives (etcd),
+    or whose version list the proxy refuses (LWS: ``go install`` loads deprecation notices from
+    ``@v/list``, which answers 403, while ``go get`` of an exact version does not).
+    """
     src = cache_root() / "src" / component.key
     src.mkdir(parents=True, exist_ok=True)
     go = _go()
-    (src / "go.mod").write_text("module local.test/etcdbin\n\ngo 1.26\n")
-    module = f"go.etcd.io/etcd/server/v3@{component.version}"
-    progress(f"  etcd {component.version}: resolving modules")
-    _run([go, "get", module], label="go get (etcd)", log=log, progress=progress, cwd=src)
+    (src / "go.mod").write_text(f"module local.test/{component.name}bin\n\ngo 1.26\n")
+    progress(f"  {component.name} {component.version}: resolving modules")
+    _run(
+        [go, "get", f"{package}@{component.version}"],
+        label=f"go get ({component.name})",
+        log=log,
+        progress=progress,
+        cwd=src,
+    )
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
-        progress(f"  etcd {component.version}: go build")
+        progress(f"  {component.name} {component.version}: go build {package}")
         _run(
             [
                 go,
                 "build",
                 "-v",
                 "-trimpath",
-                "-ldflags=-s -w",
+                f"-ldflags={ldflags}",
                 "-o",
-                f"{tmp}/etcd",
-                "go.etcd.io/etcd/server/v3",
+                f"{tmp}/{binary}",
+                package,
             ],
-            label=f"go build etcd {component.version}",
+            label=f"go build {component.name} {component.version}",
             log=log,
             progress=progress,
             cwd=src,
@@ -304,7 +320,6 @@ def _go_install(
     progress: Progress,
     *,
     ldflags: str = "-s -w",
-    renames: dict[str, str] | None = None,
 ) -> None:
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         env = go_env()
@@ -324,17 +339,15 @@ def _go_install(
             progress=progress,
             env=env,
         )
-        _install_outputs(component, Path(tmp), renames)
+        _install_outputs(component, Path(tmp))
 
 
 def _build_lws(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
     if "lws" in missing:
         pkg = "sigs.k8s.io/lws/pkg/version"
         ldflags = f"-s -w -X {pkg}.GitVersion={component.version}"
-        # The main package is sigs.k8s.io/lws/cmd, so `go install` names the binary `cmd`.
-        _go_install(
-            component, "sigs.k8s.io/lws/cmd", log, progress, ldflags=ldflags, renames={"cmd": "lws"}
-        )
+        # The main package is sigs.k8s.io/lws/cmd: build it under the name `lws`.
+        _build_in_wrapper(component, "sigs.k8s.io/lws/cmd", "lws", log, progress, ldflags=ldflags)
     crds = [f for f in LWS_CRD_FILES if f in missing]
     if crds:
         # The CRDs ship in the module zip: copy them from the module cache next to the binary.
@@ -369,7 +382,7 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
                 component, [b for b in missing if b in KUBERNETES_PACKAGES], log, progress
             )
         elif component is ETCD:
-            _build_etcd(component, log, progress)
+            _build_in_wrapper(component, "go.etcd.io/etcd/server/v3", "etcd", log, progress)
         elif component is KWOK:
             _go_install(component, "sigs.k8s.io/kwok/cmd/kwok", log, progress)
         elif component is LWS:

@@ -1,0 +1,87 @@
+"""TritonLLMEngine: the operator's record of one engine on a model store (the engine cache).
+
+One object per engine key and namespace, written by the operator (never by users) and not owned
+by any TritonLLMDeployment: it outlives them, so a deployment deleted and applied again, or a second
+deployment with the same key, finds the engine Ready and starts no build. `kubectl get tllme`
+lists the cache; deleting an object forgets the engine (its files stay unless a deployment with
+storage.engineRetention Delete removed them).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ApiModel
+from .status import Condition
+
+
+class EngineModel(ApiModel):
+    """The checkpoint the engine was built from."""
+
+    source: str
+    """hf://org/name or pvc://claim/path."""
+    revision: str
+    """Hub revision."""
+
+
+class TritonLLMEngineSpec(ApiModel):
+    """What the engine is (every field is an input of its key)."""
+
+    key: str
+    """Engine key; also the object's name and the engine directory's name."""
+    runtime: Literal["engine", "llmapi"]
+    """engine: a TensorRT engine; llmapi: a downloaded checkpoint."""
+    image: str
+    """Image that builds it (and must serve it)."""
+    trtllmVersion: str
+    """TensorRT-LLM version of that image."""
+    model: EngineModel
+    """Source checkpoint."""
+    dtype: str
+    """Weights dtype."""
+    quantization: str
+    """Quantization format."""
+    tensorParallel: int = Field(ge=1)
+    """tp."""
+    pipelineParallel: int = Field(ge=1)
+    """pp."""
+    gpuProduct: str | None = None
+    """GPU product it was built on."""
+    claimName: str
+    """Model-store claim holding it."""
+    path: str
+    """Directory on the claim."""
+
+
+class EngineFailure(ApiModel):
+    """The last failed build attempt."""
+
+    reason: str
+    """Job or container failure reason."""
+    message: str = ""
+    """The tail of the build log (container termination message)."""
+    time: str
+    """When the failure was observed (RFC 3339)."""
+    job: str = ""
+    """UID of the failed Job (each failure is counted once)."""
+
+
+class TritonLLMEngineStatus(ApiModel):
+    """Build state of the engine."""
+
+    state: Literal["Pending", "Building", "Ready", "Failed"] = "Pending"
+    """Pending, Building, Ready or Failed (Failed after the last retry)."""
+    attempts: int = 0
+    """Build attempts that failed so far."""
+    buildJob: str | None = None
+    """Name of the build Job."""
+    lastFailure: EngineFailure | None = None
+    """The last failed attempt."""
+    builtAt: str | None = None
+    """When the build finished (RFC 3339)."""
+    builtFor: str | None = None
+    """UID of the deployment whose reconcile started the build (others reuse it: cache hits)."""
+    message: str | None = None
+    """Human-readable state."""

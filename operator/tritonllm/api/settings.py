@@ -1,0 +1,57 @@
+"""The operator's settings: one documented object, loaded once at start-up.
+
+Every setting comes from an environment variable ``TRITONLLM_<NAME>`` (the Helm chart sets them)
+or from a `tritonllm run` flag, which wins. Nothing else configures the operator.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class OperatorSettings(BaseModel):
+    """Settings of a running operator."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True, extra="forbid")
+
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces to watch; empty watches the whole cluster (TRITONLLM_NAMESPACES, comma-separated)."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """Log level (TRITONLLM_LOG_LEVEL)."""
+    log_format: Literal["json", "text"] = "json"
+    """json: one structured object per line with the object's namespace/name; text for humans."""
+    metrics_port: int = Field(default=9090, ge=0, le=65535)
+    """Port of the Prometheus /metrics endpoint; 0 disables it."""
+    health_port: int = Field(default=8081, ge=0, le=65535)
+    """Port of the /healthz liveness endpoint; 0 disables it."""
+    bind_address: str = "0.0.0.0"
+    """Address the metrics and health endpoints listen on."""
+    peering: str = "tritonllm"
+    """kopf peering name (leader election between replicas); empty runs standalone."""
+    resync_seconds: float = Field(default=60.0, gt=0)
+    """Every object is reconciled at least this often (a safety net; steady state writes nothing)."""
+    tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
+    """Image carrying tritonllm (copied into Triton pods; runs the repository Jobs)."""
+    check_gpu_nodes: bool = True
+    """Report NoMatchingNodes when no node carries spec.gpu.product (needs list on nodes)."""
+    api_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Timeout of one Kubernetes API call."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
+        env = dict(os.environ if env is None else env)
+        values: dict[str, object] = {}
+        for name, field in cls.model_fields.items():
+            raw = env.get(f"TRITONLLM_{name.upper()}")
+            if raw is None:
+                continue
+            if field.annotation == list[str]:
+                values[name] = [n.strip() for n in raw.split(",") if n.strip()]
+            elif field.annotation is bool:
+                values[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                values[name] = raw
+        return cls.model_validate(values)

@@ -1,0 +1,84 @@
+"""`tritonllm run`: start the operator.
+
+Kubeconfig from --kubeconfig or KUBECONFIG, else the in-cluster service account. Settings from
+TRITONLLM_* environment variables (tritonllm.api.settings), with flags overriding them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from tritonllm.api.settings import OperatorSettings
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("run", help="run the operator")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument("-n", "--namespace", action="append", dest="namespaces",
+                   help="watch only this namespace (repeatable; default: all)")
+    p.add_argument("--standalone", action="store_true",
+                   help="no peering (a single operator replica, e.g. for development)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0: off)")
+    p.add_argument("--health-port", type=int, help="/healthz port (0: off)")
+    p.add_argument("--bind-address", help="address for metrics and health endpoints")
+    p.add_argument("--log-format", choices=["json", "text"])
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--tools-image", help="image carrying tritonllm for in-pod entry points")
+    p.add_argument("--resync-seconds", type=float, help="periodic reconcile interval")
+    p.set_defaults(func=run)
+
+
+def settings_from(args: argparse.Namespace) -> OperatorSettings:
+    base = OperatorSettings.from_env()
+    overrides = {
+        k: v for k, v in {
+            "namespaces": args.namespaces,
+            "metrics_port": args.metrics_port,
+            "health_port": args.health_port,
+            "bind_address": args.bind_address,
+            "log_format": args.log_format,
+            "log_level": args.log_level,
+            "tools_image": args.tools_image,
+            "resync_seconds": args.resync_seconds,
+            "peering": "" if args.standalone else None,
+        }.items() if v is not None
+    }
+    return base.model_copy(update=overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+    from prometheus_client import start_http_server
+
+    from tritonllm.handlers import logs, operator
+
+    settings = settings_from(args)
+    logs.setup(settings.log_level, settings.log_format)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
+    operator.configure(settings, args.kubeconfig)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, addr=settings.bind_address)
+    liveness = (f"http://{settings.bind_address}:{settings.health_port}/healthz"
+                if settings.health_port else None)
+    try:
+        asyncio.run(
+            kopf.operator(
+                standalone=not settings.peering,
+                peering_name=settings.peering or None,
+                namespaces=settings.namespaces,
+                clusterwide=not settings.namespaces,
+                liveness_endpoint=liveness,
+            )
+        )
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(argparse.Namespace()))

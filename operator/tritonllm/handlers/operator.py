@@ -1,0 +1,138 @@
+"""kopf glue: which watch events and timers lead to which reconcile.
+
+We use kopf's raw event handlers and a timer rather than its create/update handlers: those keep
+per-object progress in annotations (writes on every change) while our reconcile is level-based and
+idempotent. The only finalizer is the one kopf adds for `on.delete` when a deployment asks for its
+engines to be deleted (storage.engineRetention: Delete); its handler never blocks deletion: after
+its attempt (bounded by a timeout) the finalizer is released even if the cleanup failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from tritonllm.api import constants as c
+from tritonllm.api.settings import OperatorSettings
+from tritonllm.k8s.client import Kube, load_api_client
+
+from .reconciler import Reconciler
+
+log = logging.getLogger("tritonllm.operator")
+
+_state: dict[str, Any] = {}
+MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
+
+
+def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
+    """Called by `tritonllm run` before kopf starts."""
+    _state["settings"] = settings
+    _state["kubeconfig"] = kubeconfig
+
+
+def reconciler() -> Reconciler:
+    if "reconciler" not in _state:
+        settings: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
+        kube = Kube(load_api_client(_state.get("kubeconfig")))
+        _state["reconciler"] = Reconciler(kube, settings)
+    r: Reconciler = _state["reconciler"]
+    return r
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    ours: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
+    # Our own Events carry the reasons; kopf's log-to-event posting would duplicate them.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = ours.api_timeout_seconds
+    settings.persistence.finalizer = f"{c.GROUP}/engine-cleanup"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration")
+    reconciler()
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    r = _state.get("reconciler")
+    if r is not None:
+        await asyncio.wait_for(r.wait_idle(), timeout=30)
+
+
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        reconciler().forget(namespace, name)
+        return
+    reconciler().request(namespace, name)
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=60.0, initial_delay=30.0)
+async def resync(namespace: str, name: str, **_: Any) -> None:
+    """Level-based safety net (retries after backoff, missed events); quiet in steady state."""
+    reconciler().request(namespace, name)
+
+
+def _owner_instances(body: dict[str, Any]) -> list[str]:
+    return [ref["name"] for ref in body["metadata"].get("ownerReferences") or []
+            if ref.get("kind") == c.KIND]
+
+
+async def _by_engine_key(namespace: str, key: str) -> list[str]:
+    items = await reconciler().kube.list(c.API_VERSION, c.KIND, namespace)
+    return [i["metadata"]["name"] for i in items
+            if ((i.get("status") or {}).get("engine") or {}).get("key") == key]
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+    """A build Job is shared by every deployment with its engine key; a repository Job has one."""
+    labels = body["metadata"].get("labels") or {}
+    names = set(_owner_instances(body))
+    if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
+        names |= set(await _by_engine_key(namespace, labels[c.LABEL_ENGINE_KEY]))
+    for n in names:
+        reconciler().request(namespace, n)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def workload_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+    for n in _owner_instances(body):
+        reconciler().request(namespace, n)
+
+
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
+async def lws_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+    for n in _owner_instances(body):
+        reconciler().request(namespace, n)
+
+
+def _retention_delete(spec: dict[str, Any], **_: Any) -> bool:
+    return bool((spec.get("storage") or {}).get("engineRetention") == "Delete")
+
+
+@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, when=_retention_delete, timeout=120, retries=3,
+                backoff=10)
+async def delete_engines(body: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+    """storage.engineRetention Delete: forget engines no other deployment uses.
+
+    Removing the TritonLLMEngine record garbage-collects its build Job and ConfigMap; the engine
+    files stay on the claim until a later build with that key overwrites them (documented). The
+    finalizer is released after this handler, whatever happens: deletion is never blocked.
+    """
+    key = ((body.get("status") or {}).get("engine") or {}).get("key")
+    if not key:
+        return
+    users = [n for n in await _by_engine_key(namespace, key) if n != name]
+    if users:
+        log.info("engine %s kept: still used by %s", key, ", ".join(users))
+        return
+    try:
+        await reconciler().kube.delete(c.API_VERSION, c.ENGINE_KIND, namespace, key)
+    except Exception as exc:  # never block deletion on cleanup
+        log.warning("could not delete engine %s: %s", key, exc)

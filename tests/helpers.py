@@ -1,0 +1,48 @@
+"""Small helpers for reading rendered output in tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tests.cases import ROOT
+from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
+from tritonllm.render import Rendered, render_all
+
+
+def example(name: str) -> TritonLLMDeployment:
+    return parse_deployment(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()))
+
+
+def render_example(name: str) -> Rendered:
+    return render_all(example(name))
+
+
+def pbtxt(text: str) -> model_config_pb2.ModelConfig:
+    """Parse a config.pbtxt strictly with Triton's own schema."""
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def params(cfg: model_config_pb2.ModelConfig) -> dict[str, str]:
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+def container(obj: dict[str, Any], name: str = "triton", template: str = "template") -> dict[str, Any]:
+    spec = obj["spec"]
+    pod = spec[template] if template in spec else spec["leaderWorkerTemplate"][template]
+    return next(c for c in pod["spec"]["containers"] if c["name"] == name)
+
+
+def ranks(argv: list[str]) -> int:
+    """Number of MPI ranks (-n 1 segments) in an mpirun command."""
+    return sum(1 for i, a in enumerate(argv[:-1]) if a == "-n" and argv[i + 1] == "1")
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path

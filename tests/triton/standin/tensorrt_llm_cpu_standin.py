@@ -1,0 +1,82 @@
+"""CPU stand-in for the `tensorrt_llm` model (TensorRT-LLM itself needs a GPU and its backend).
+
+Test-only. It is deployed with the rendered tensorrt_llm config.pbtxt, only `backend` switched to
+python, so it receives and returns exactly the tensors the real backend would. Its "model" is
+deterministic: generated token i is prompt token (i mod prompt length), until request_output_len
+tokens or end_id. It honours the parts of the contract the pipeline exercises: input_ids,
+input_lengths, request_output_len, end_id, streaming, exclude_input_in_output (input, else the
+config parameter); every other declared output is returned zero-filled with its declared type.
+Decoupled, it sends one response per token when asked to stream, else one response.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _scalar(request: Any, name: str) -> Any:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy().reshape(-1)[0].item()
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.outputs = {
+            o["name"]: (pb_utils.triton_string_to_numpy(o["data_type"]), [int(d) for d in o["dims"]])
+            for o in config["output"]
+        }
+        exclude = config["parameters"]["exclude_input_in_output"]["string_value"]
+        self.exclude_input = exclude.lower() == "true"
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if not self.decoupled:
+            return [self._respond(request, streaming=False)[0] for request in requests]
+        for request in requests:
+            sender = request.get_response_sender()
+            for response in self._respond(request, streaming=bool(_scalar(request, "streaming"))):
+                sender.send(response)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+
+    def _respond(self, request: Any, *, streaming: bool) -> list[Any]:
+        try:
+            if streaming and not self.decoupled:
+                raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+            prompt = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[0]
+            prompt = prompt[: int(_scalar(request, "input_lengths"))]
+            exclude = _scalar(request, "exclude_input_in_output")
+            exclude = self.exclude_input if exclude is None else bool(exclude)
+            tokens = list(self._generate(prompt, request))
+            if streaming:
+                return [self._response([t]) for t in tokens]
+            return [self._response(tokens if exclude else [*prompt.tolist(), *tokens])]
+        except Exception as exc:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))]
+
+    @staticmethod
+    def _generate(prompt: np.ndarray, request: Any) -> Iterator[int]:
+        end_id = _scalar(request, "end_id")
+        for i in range(int(_scalar(request, "request_output_len"))):
+            token = int(prompt[i % len(prompt)])
+            if token == end_id:
+                return
+            yield token
+
+    def _response(self, tokens: list[int]) -> Any:
+        tensors = []
+        for name, (dtype, dims) in self.outputs.items():
+            if name == "output_ids":
+                value = np.array([[tokens]], dtype)
+            elif name == "sequence_length":
+                value = np.array([[len(tokens)]], dtype)
+            else:
+                value = np.zeros([1, *(1 if d < 0 else d for d in dims)], dtype)
+            tensors.append(pb_utils.Tensor(name, value))
+        return pb_utils.InferenceResponse(output_tensors=tensors)

@@ -1,0 +1,132 @@
+"""Golden tests: what matters in each seed scenario, pinned on the rendered output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cases import EXAMPLES
+from tests.helpers import container, params, pbtxt, ranks, render_example
+from tritonllm.api import constants as c
+
+
+def _step(rendered, name):
+    return next(s for s in rendered.build_plan["steps"] if s["name"] == name)
+
+
+def _flag(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_renders_without_placeholders(path) -> None:
+    r = render_example(path.stem)
+    assert r.objects
+    for rel, body in r.repository.items():
+        if rel.endswith(("config.pbtxt", ".yaml")):
+            assert "${" not in body, rel
+        if rel.endswith("config.pbtxt"):
+            pbtxt(body)
+
+
+def test_llama2_7b_tp4() -> None:
+    r = render_example("llama2-7b-tp4")
+    dep = r.one("Deployment")
+    assert not r.by_kind("LeaderWorkerSet")
+    res = container(dep)["resources"]
+    assert res["limits"][c.GPU_RESOURCE] == "4"
+    assert ranks(r.launch_plan["argv"]) == 4 and r.launch_plan["worldSize"] == 4
+    trt = pbtxt(r.repository["tensorrt_llm/config.pbtxt"])
+    assert trt.max_batch_size == 64
+    assert trt.dynamic_batching.max_queue_delay_microseconds == 600
+    p = params(trt)
+    assert p["gpt_model_type"] == "inflight_batching"
+    assert p["kv_cache_free_gpu_mem_fraction"] == "0.5"
+    assert p["max_tokens_in_paged_kv_cache"] == "2560"
+    assert p["max_attention_window_size"] == "2560"
+    assert pbtxt(r.repository["preprocessing/config.pbtxt"]).max_batch_size == 64
+    conv = _step(r, "convert")["argv"]
+    assert _flag(conv, "--tp_size") == "4" and _flag(conv, "--dtype") == "float16"
+    build = _step(r, "build")["argv"]
+    assert _flag(build, "--gemm_plugin") == "float16"
+    # TensorRT-LLM 0.9 has no --max_seq_len: output = seq - input.
+    assert "--max_seq_len" not in build and _flag(build, "--max_output_len") == "1024"
+    assert _flag(build, "--workers") == "4"
+    job = r.build_job
+    assert container(job, "build")["resources"]["limits"][c.GPU_RESOURCE] == "4"
+
+
+def test_llama3_8b_awq() -> None:
+    r = render_example("llama3-8b-awq")
+    q = _step(r, "quantize")["argv"]
+    assert _flag(q, "--qformat") == "int4_awq" and _flag(q, "--awq_block_size") == "128"
+    assert _flag(q, "--dtype") == "bfloat16"
+    build = _step(r, "build")["argv"]
+    assert _flag(build, "--gemm_plugin") == "bfloat16"
+    assert _flag(build, "--gpt_attention_plugin") == "bfloat16"
+    trt = pbtxt(r.repository["tensorrt_llm/config.pbtxt"])
+    assert trt.max_batch_size == 1
+    p = params(trt)
+    assert p["kv_cache_free_gpu_mem_fraction"] == "0.5"
+    assert p["max_tokens_in_paged_kv_cache"] == "2560"
+    assert p["exclude_input_in_output"].lower() == "true"
+    assert p["enable_kv_cache_reuse"].lower() == "false"
+    env = {e["name"]: e for e in container(r.build_job, "build")["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
+    assert r.launch_plan["trtllmVersion"] == "0.13.0"
+
+
+def test_llama2_7b_v1() -> None:
+    r = render_example("llama2-7b-v1")
+    trt = pbtxt(r.repository["tensorrt_llm/config.pbtxt"])
+    p = params(trt)
+    assert p["gpt_model_type"] == "V1"
+    assert p["batch_scheduler_policy"] == "guaranteed_no_evict"
+    assert trt.model_transaction_policy.decoupled is False
+    affinity = r.one("Deployment")["spec"]["template"]["spec"]["affinity"]
+    term = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-A100-SXM4-80GB"]
+
+
+def test_llama_70b_multinode() -> None:
+    r = render_example("llama-70b-multinode")
+    assert not r.by_kind("Deployment")
+    lws = r.one("LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    for role in ("leaderTemplate", "workerTemplate"):
+        res = container(lws, template=role)["resources"]
+        assert res["limits"][c.GPU_RESOURCE] == "8"
+    assert r.launch_plan["worldSize"] == 16 and ranks(r.launch_plan["argv"]) == 16
+    conv = _step(r, "convert")["argv"]
+    assert (_flag(conv, "--tp_size"), _flag(conv, "--pp_size")) == ("8", "2")
+    assert _flag(_step(r, "build")["argv"], "--workers") == "8"
+    assert "startupProbe" in container(lws, template="leaderTemplate")
+    assert "startupProbe" not in container(lws, template="workerTemplate")
+
+
+def test_llmapi_example() -> None:
+    r = render_example("llmapi-llama3-8b")
+    job = r.build_job  # a download: no GPU
+    assert job["metadata"]["name"].startswith("tritonllm-download-")
+    assert c.GPU_RESOURCE not in json.dumps(container(job, "build")["resources"])
+    assert "tensorrt_llm/1/model.yaml" in r.repository
+    assert "ensemble/config.pbtxt" not in r.repository
+    assert "tensor_parallel_size: 2" in r.repository["tensorrt_llm/1/model.yaml"]
+    assert r.launch_plan["argv"][0].endswith("tritonserver")  # one process, LLM() spawns ranks
+    hpa = r.one("HorizontalPodAutoscaler")
+    assert hpa["spec"]["maxReplicas"] == 4
+    assert "replicas" not in r.one("Deployment")["spec"]  # the HPA owns it
+    assert r.endpoint.endswith("/v2/models/tensorrt_llm/generate_stream")
+
+
+def test_gpt2_medium() -> None:
+    r = render_example("gpt2-medium")
+    conv = _step(r, "convert")
+    assert conv["exampleDir"] == "gpt"
+    assert _flag(_step(r, "build")["argv"], "--max_seq_len") == "1024"
+    assert r.one("PersistentVolumeClaim")["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert ranks(r.launch_plan["argv"]) == 1
+    assert params(pbtxt(r.repository["tensorrt_llm/config.pbtxt"]))["gpt_model_type"] == (
+        "inflight_fused_batching")

@@ -1,0 +1,301 @@
+"""The planner, step by step, on hand-made observations (the cluster tier runs it for real)."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any
+
+from tests.cases import cr
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import InvalidDeployment, parse_deployment
+from tritonllm.plan.conditions import Cond, merge_conditions
+from tritonllm.plan.reconcile import (
+    MAX_BUILD_ATTEMPTS,
+    Observed,
+    Plan,
+    backoff_seconds,
+    plan,
+    plan_invalid,
+)
+from tritonllm.render import naming, render_all
+
+T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+UID = "uid-1"
+
+
+class World:
+    """Live objects as the API server would hold them after our writes (a pure stand-in)."""
+
+    def __init__(self, spec_patch: dict[str, Any] | None = None, **obs: Any) -> None:
+        default = {"storage": {"create": {"size": "10Gi"}}}
+        self.body = cr(default if spec_patch is None else spec_patch)
+        self.body["metadata"].update(uid=UID, generation=1)
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.engine_status: dict[str, Any] | None = None
+        self.now = T0
+        self.obs = obs
+
+    def dep(self):
+        return parse_deployment(self.body)
+
+    def observe(self, r) -> Observed:
+        get = lambda kind, name: self.objects.get((kind, name))  # noqa: E731
+        engine = get(c.ENGINE_KIND, r.engine_key)
+        if engine is not None and self.engine_status is not None:
+            engine = {**engine, "status": self.engine_status}
+        live = {k: v for k, v in self.objects.items()
+                if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)}
+        workload = get("Deployment", self.body["metadata"]["name"])
+        revisions = sorted({o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
+                            for (k, _), o in self.objects.items()
+                            if k == "ConfigMap" and o["metadata"]["labels"].get(c.LABEL_REPO_KEY)})
+        return Observed(
+            now=self.now,
+            store=get("PersistentVolumeClaim", "tritonllm-model-store"),
+            engine=engine,
+            build_job=get("Job", naming.build_job_name(r.engine_key)),
+            build_pods=self.obs.get("build_pods", []),
+            repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
+            workload=workload, live=live, repo_revisions=revisions,
+            secret_present=self.obs.get("secret_present"),
+            gpu_nodes=self.obs.get("gpu_nodes"),
+        )
+
+    def step(self) -> Plan:
+        dep = self.dep()
+        r = render_all(dep.model_copy(update={"metadata": dep.metadata.model_copy(
+            update={"uid": UID})}))
+        p = plan(self.body, dep, r, self.observe(r))
+        for obj in p.apply:
+            self.objects[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
+        for _, kind, name in p.delete:
+            self.objects.pop((kind, name), None)
+        if p.scale:
+            wl = self.objects[(p.scale[1], self.body["metadata"]["name"])]
+            wl["spec"]["replicas"] = p.scale[2]
+        if p.engine_status is not None:
+            self.engine_status = p.engine_status
+        if p.status is not None:
+            self.body["status"] = p.status
+        self.render = r
+        return p
+
+    def finish_job(self, name: str, ok: bool = True, uid: str = "job-uid") -> None:
+        job = self.objects[("Job", name)]
+        job["metadata"]["uid"] = uid
+        job["status"] = {"conditions": [{"type": "Complete" if ok else "Failed",
+                                         "status": "True", "reason": "BackoffLimitExceeded"}]}
+
+    def make_ready(self, replicas: int = 1) -> None:
+        wl = self.objects[("Deployment", self.body["metadata"]["name"])]
+        wl["metadata"]["generation"] = 1
+        wl["status"] = {"observedGeneration": 1, "readyReplicas": replicas,
+                        "updatedReplicas": replicas, "replicas": replicas}
+
+    def cond(self, type_: str) -> dict[str, Any]:
+        return next(x for x in self.body["status"]["conditions"] if x["type"] == type_)
+
+    def bring_up(self) -> None:
+        self.step()
+        self.finish_job(self.render.build_job["metadata"]["name"])
+        self.step()
+        self.finish_job(self.render.repository_job["metadata"]["name"], uid="repo")
+        self.step()
+        self.make_ready()
+        self.step()
+
+
+def kinds(p: Plan) -> list[str]:
+    return [o["kind"] for o in p.apply]
+
+
+def test_fresh_object_creates_store_engine_record_and_build() -> None:
+    w = World()
+    p = w.step()
+    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service"]
+    assert w.engine_status["state"] == "Building"
+    assert w.cond(c.COND_ENGINE_READY)["reason"] == "Building"
+    assert w.cond(c.COND_PROGRESSING)["status"] == "True"
+    assert w.body["status"]["reason"] == "Building"
+    assert p.requeue_after
+
+
+def test_build_then_repository_then_serving_then_ready() -> None:
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    p = w.step()
+    assert p.build_result == "succeeded"
+    assert w.engine_status["state"] == "Ready"
+    assert ("Job", w.render.repository_job["metadata"]["name"]) in w.objects
+    assert w.cond(c.COND_ENGINE_READY)["reason"] == "EngineBuilt"
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    p = w.step()
+    assert "Deployment" in kinds(p)
+    assert w.cond(c.COND_REPOSITORY_READY)["status"] == "True"
+    assert w.body["status"]["reason"] == "RollingOut"
+    w.make_ready()
+    p = w.step()
+    assert w.cond(c.COND_AVAILABLE)["status"] == "True"
+    assert w.cond(c.COND_PROGRESSING)["status"] == "False"
+    assert w.body["status"]["ready"] == "1/1" and w.body["status"]["reason"] == "Ready"
+    assert ("Normal", "Serving") in [(t, r) for t, r, _ in p.events]
+
+
+def test_steady_state_writes_nothing() -> None:
+    w = World()
+    w.bring_up()
+    p = w.step()
+    assert (p.apply, p.delete, p.scale, p.status, p.engine_status, p.events) == (
+        [], [], None, None, None, [])
+
+
+def test_last_transition_time_changes_only_on_flip() -> None:
+    old = [{"type": "Available", "status": "True", "reason": "Serving", "message": "1 of 1",
+            "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    merged, flips = merge_conditions(old, [Cond("Available", "True", "Serving", "2 of 2")],
+                                     generation=2, now="2026-11-22T00:00:00Z")
+    assert merged[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and not flips
+    merged, flips = merge_conditions(old, [Cond("Available", "False", "NoReadyReplicas")],
+                                     generation=2, now="2026-11-22T00:00:00Z")
+    assert merged[0]["lastTransitionTime"] == "2026-11-22T00:00:00Z" and len(flips) == 1
+
+
+def test_failed_build_reports_log_tail_and_retries_with_backoff() -> None:
+    pod = {"metadata": {"creationTimestamp": "2026-11-22T09:00:00Z"}, "status": {
+        "containerStatuses": [{"name": "build", "state": {"terminated": {
+            "exitCode": 3, "reason": "Error",
+            "message": "trtllm-build: CUDA out of memory"}}}]}}
+    w = World(build_pods=[pod])
+    w.step()
+    job = w.render.build_job["metadata"]["name"]
+    w.finish_job(job, ok=False, uid="j1")
+    p = w.step()
+    assert p.build_result == "failed"
+    assert w.engine_status["attempts"] == 1
+    degraded = w.cond(c.COND_DEGRADED)
+    assert degraded["status"] == "True" and degraded["reason"] == "BuildFailed"
+    assert "CUDA out of memory" in degraded["message"]
+    assert ("Warning", "BuildFailed") in [(t, r) for t, r, _ in p.events]
+    assert ("batch/v1", "Job", job) not in p.delete  # still backing off
+    # the same failed Job is counted once
+    p = w.step()
+    assert w.engine_status["attempts"] == 1 and p.build_result is None
+    w.now = T0 + dt.timedelta(seconds=backoff_seconds(1) + 1)
+    p = w.step()
+    assert ("batch/v1", "Job", job) in p.delete
+    p = w.step()
+    assert ("Job", job) in [(o["kind"], o["metadata"]["name"]) for o in p.apply]
+
+
+def test_build_gives_up_after_the_attempt_limit() -> None:
+    w = World()
+    w.step()
+    job = w.render.build_job["metadata"]["name"]
+    for attempt in range(1, MAX_BUILD_ATTEMPTS + 1):
+        w.finish_job(job, ok=False, uid=f"j{attempt}")
+        w.step()
+        w.now += dt.timedelta(seconds=backoff_seconds(attempt) + 1)
+        w.step()
+        if attempt < MAX_BUILD_ATTEMPTS:
+            w.step()  # recreate
+    assert w.engine_status["attempts"] == MAX_BUILD_ATTEMPTS
+    assert w.cond(c.COND_PROGRESSING)["status"] == "False"
+    assert ("Job", job) in w.objects  # no more retries: the failed Job stays for inspection
+
+
+def test_missing_secret_blocks_without_building() -> None:
+    w = World({"model": {"credentials": {"secretName": "hf-token"}},
+               "storage": {"create": {"size": "1Gi"}}}, secret_present=False)
+    p = w.step()
+    assert "Job" not in kinds(p) and c.ENGINE_KIND not in kinds(p)
+    d = w.cond(c.COND_DEGRADED)
+    assert d["reason"] == "SecretMissing" and "hf-token" in d["message"]
+    assert p.requeue_after == 60
+
+
+def test_missing_store_names_the_field() -> None:
+    w = World({})
+    w.step()
+    d = w.cond(c.COND_DEGRADED)
+    assert d["reason"] == "StoreMissing" and "spec.storage" in d["message"]
+
+
+def test_no_node_with_the_gpu_product() -> None:
+    w = World({"gpu": {"product": "NVIDIA-B200"}, "storage": {"create": {"size": "1Gi"}}},
+              gpu_nodes=0)
+    w.step()
+    assert w.cond(c.COND_DEGRADED)["reason"] == "NoMatchingNodes"
+
+
+def test_cached_engine_skips_the_build() -> None:
+    w = World()
+    w.step()
+    w.engine_status = {"state": "Ready", "attempts": 0, "builtFor": "someone-else"}
+    w.objects.pop(("Job", w.render.build_job["metadata"]["name"]))
+    p = w.step()
+    assert "Job" in kinds(p)  # the repository Job only
+    assert all(not o["metadata"]["name"].startswith("tritonllm-build") for o in p.apply)
+    assert w.cond(c.COND_ENGINE_READY)["reason"] == "EngineCached"
+    assert w.body["status"]["engine"]["cached"] is True
+
+
+def test_engine_change_keeps_old_engine_serving_until_the_new_one_is_ready() -> None:
+    w = World()
+    w.bring_up()
+    old_key = w.render.engine_key
+    w.body["spec"]["engine"] = {"parallelism": {"tensor": 2}}
+    w.body["metadata"]["generation"] = 2
+    p = w.step()
+    assert "Deployment" not in kinds(p)
+    assert w.cond(c.COND_AVAILABLE)["status"] == "True"  # old pods still serve
+    assert w.render.engine_key != old_key
+    w.finish_job(w.render.build_job["metadata"]["name"], uid="b2")
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="r2")
+    p = w.step()
+    assert "Deployment" in kinds(p)
+    assert w.body["status"]["previousEngine"]["key"] == old_key
+
+
+def test_replicas_change_during_a_build_scales_the_running_workload() -> None:
+    w = World()
+    w.bring_up()
+    w.body["spec"]["engine"] = {"dtype": "bfloat16"}
+    w.body["spec"]["serving"] = {"replicas": 3}
+    p = w.step()
+    assert p.scale == ("apps/v1", "Deployment", 3)
+
+
+def test_autoscaled_replicas_are_never_touched() -> None:
+    w = World({"autoscaling": {"maxReplicas": 4}, "storage": {"create": {"size": "1Gi"}}})
+    w.bring_up()
+    w.objects[("Deployment", "demo")]["spec"]["replicas"] = 4  # the HPA scaled up
+    p = w.step()
+    assert p.scale is None and "Deployment" not in kinds(p)
+
+
+def test_serving_only_change_rolls_without_rebuilding() -> None:
+    w = World()
+    w.bring_up()
+    key = w.render.engine_key
+    w.body["spec"]["serving"] = {"maxQueueDelayMicroseconds": 100}
+    p = w.step()
+    assert w.render.engine_key == key
+    assert not any(o["metadata"]["name"].startswith("tritonllm-build") for o in p.apply)
+    assert "Job" in kinds(p)  # a new repository revision
+
+
+def test_invalid_spec_is_degraded_and_touches_nothing() -> None:
+    body = cr({"engine": {"parallelism": {"tensor": 0}}})
+    body["metadata"]["generation"] = 3
+    try:
+        parse_deployment(body)
+    except InvalidDeployment as exc:
+        p = plan_invalid(body, exc, Observed(now=T0))
+    assert not p.apply and not p.delete
+    degraded = next(x for x in p.status["conditions"] if x["type"] == c.COND_DEGRADED)
+    assert degraded["reason"] == "InvalidSpec"
+    assert "spec.engine.parallelism.tensor" in degraded["message"]
+    assert degraded["observedGeneration"] == 3
