@@ -98,3 +98,14 @@ def test_crd_file_is_valid_yaml_with_header() -> None:
 def test_every_committed_crd_is_current() -> None:
     for name, text in crd_texts().items():
         assert (ROOT / "crds" / name).read_text() == text, f"crds/{name} is stale"
+
+
+def test_chart_ships_the_same_crds() -> None:
+    for name, text in crd_texts().items():
+        assert (ROOT / "charts" / "tritonllm" / "crds" / name).read_text() == text, name
+
+
+def test_api_reference_is_current() -> None:
+    from tritonllm.cli.crd import docs_text
+
+    assert (ROOT / "docs" / "api.md").read_text() == docs_text(), "run `tritonllm crd`"

@@ -46,7 +46,7 @@ def _structural(node: Schema) -> Schema:
             merged = dict(options[0])
             for k, v in node.items():
                 if k != "anyOf":
-                    merged.setdefault(k, v)
+                    merged[k] = v  # the field's own description/default beat the type's
             node = merged
         node.pop("title", None)
     if node.get("default", "unset") is None:
@@ -294,4 +294,38 @@ def all_crds() -> dict[str, Schema]:
     return {
         f"{c.GROUP}_{c.PLURAL}.yaml": crd(),
         f"{c.GROUP}_{c.ENGINE_PLURAL}.yaml": engine_crd(),
+        **peering_crds(),
+    }
+
+
+def _peering_crd(plural: str, kind: str, scope: str) -> Schema:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kopf.dev", "labels": {c.LABEL_PART_OF: c.APP_NAME}},
+        "spec": {
+            "group": "kopf.dev",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "scope": scope,
+            "versions": [{
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": "kopf peering: operator replicas announce themselves here and "
+                    "only the highest-priority one acts (tritonllm's leader election).",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                }},
+            }],
+        },
+    }
+
+
+def peering_crds() -> dict[str, Schema]:
+    """kopf's peering kinds (kopf.dev/v1), needed when the operator runs with peering."""
+    return {
+        "kopf.dev_clusterkopfpeerings.yaml": _peering_crd(
+            "clusterkopfpeerings", "ClusterKopfPeering", "Cluster"),
+        "kopf.dev_kopfpeerings.yaml": _peering_crd("kopfpeerings", "KopfPeering", "Namespaced"),
     }

@@ -1,0 +1,160 @@
+"""A rendered model repository in a real tritonserver, tensorrt_llm replaced by a CPU stand-in.
+
+What runs for real: tritonserver 2.51 (nvidia-pytriton wheel), our rendered config.pbtxt files,
+our preprocessing / postprocessing / tensorrt_llm_bls Python models with a real (tiny) Hugging
+Face tokenizer, Triton's ensemble scheduler, the HTTP/gRPC/generate/metrics front ends.
+What is a stand-in: the tensorrt_llm model (TensorRT-LLM needs a GPU), replaced by
+standin/tensorrt_llm_cpu_standin.py behind the very same inputs and outputs. The stand-in echoes
+the prompt's tokens cyclically, so expected texts follow from the tokenizer: the prompt gets <s>
+prepended (add_special_tokens) and <s> is dropped on decoding (skip_special_tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from .conftest import Server, example
+
+pytestmark = pytest.mark.triton
+
+EXAMPLE = "gpt2-medium"  # an engine-runtime example (TensorRT-LLM 1.2.1 templates)
+PROMPT = "hello world"
+
+
+def expected(max_tokens: int) -> list[str]:
+    """Generated words: the prompt's tokens (<s> hello world) repeated, <s> not shown."""
+    cycle = ["<s>", *PROMPT.split()]
+    return [cycle[i % len(cycle)] for i in range(max_tokens) if cycle[i % len(cycle)] != "<s>"]
+
+
+def post(server: Server, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        server.url(path), data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status, response.read()
+
+
+@pytest.fixture(scope="module")
+def plain(serve: Any) -> Server:
+    """Not decoupled (the example as written, plus the BLS model)."""
+    return serve("plain", example(EXAMPLE, serving={"bls": True}))
+
+
+@pytest.fixture(scope="module")
+def streaming(serve: Any) -> Server:
+    """Decoupled: serving.streaming true, with the BLS model."""
+    return serve("streaming", example(EXAMPLE, serving={"streaming": True, "bls": True}))
+
+
+def test_ready_gates_on_every_model(plain: Server) -> None:
+    with urllib.request.urlopen(plain.url("/v2/health/ready"), timeout=5) as r:
+        assert r.status == 200
+    for model in ("ensemble", "preprocessing", "tensorrt_llm", "postprocessing",
+                  "tensorrt_llm_bls"):
+        with urllib.request.urlopen(plain.url(f"/v2/models/{model}/ready"), timeout=5) as r:
+            assert r.status == 200, model
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_generate_with_cpu_standin(plain: Server, model: str) -> None:
+    status, body = post(plain, f"/v2/models/{model}/generate",
+                        {"text_input": PROMPT, "max_tokens": 5, "bad_words": "",
+                         "stop_words": ""})
+    assert status == 200
+    out = json.loads(body)
+    assert out["text_output"] == " ".join(expected(5))
+    assert out["model_name"] == model
+
+
+def test_generate_honours_request_overrides(plain: Server) -> None:
+    _, body = post(plain, "/v2/models/ensemble/generate",
+                   {"text_input": PROMPT, "max_tokens": 3, "exclude_input_in_output": False})
+    assert json.loads(body)["text_output"] == " ".join([PROMPT, *expected(3)])
+    # end_id stops generation at the first "world" (id from the tokenizer's vocabulary)
+    world = 5
+    _, body = post(plain, "/v2/models/ensemble/generate",
+                   {"text_input": PROMPT, "max_tokens": 5, "end_id": world})
+    assert json.loads(body)["text_output"] == "hello"
+
+
+def test_tritonclient_http_infer_with_cpu_standin(plain: Server) -> None:
+    client = httpclient.InferenceServerClient(plain.http)
+    text = httpclient.InferInput("text_input", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[PROMPT.encode()]], dtype=object))
+    max_tokens = httpclient.InferInput("max_tokens", [1, 1], "INT32")
+    max_tokens.set_data_from_numpy(np.array([[4]], dtype=np.int32))
+    result = client.infer("ensemble", [text, max_tokens],
+                          outputs=[httpclient.InferRequestedOutput("text_output")])
+    assert result.as_numpy("text_output").reshape(-1)[0].decode() == " ".join(expected(4))
+
+
+def test_tritonclient_grpc_infer_with_cpu_standin(plain: Server) -> None:
+    client = grpcclient.InferenceServerClient(plain.grpc)
+    assert client.is_server_ready()
+    text = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[PROMPT.encode()]], dtype=object))
+    max_tokens = grpcclient.InferInput("max_tokens", [1, 1], "INT32")
+    max_tokens.set_data_from_numpy(np.array([[4]], dtype=np.int32))
+    result = client.infer("ensemble", [text, max_tokens])
+    assert result.as_numpy("text_output").reshape(-1)[0].decode() == " ".join(expected(4))
+
+
+def test_streaming_rejected_when_not_decoupled(plain: Server) -> None:
+    with pytest.raises(urllib.error.HTTPError):
+        post(plain, "/v2/models/ensemble/generate",
+             {"text_input": PROMPT, "max_tokens": 2, "stream": True})
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_generate_stream_with_cpu_standin(streaming: Server, model: str) -> None:
+    status, body = post(streaming, f"/v2/models/{model}/generate_stream",
+                        {"text_input": PROMPT, "max_tokens": 5, "stream": True})
+    assert status == 200
+    events = [json.loads(line[len(b"data: "):]) for line in body.splitlines()
+              if line.startswith(b"data: ")]
+    assert not [e for e in events if "error" in e]
+    # one event per token; <s> decodes to "" (special tokens skipped)
+    assert [e["text_output"] for e in events] == [
+        "" if w == "<s>" else w for w in (["<s>", "hello", "world"] * 2)[:5]
+    ]
+
+
+def test_grpc_stream_with_cpu_standin(streaming: Server) -> None:
+    responses: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(streaming.grpc)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    inputs = []
+    for name, dtype, value in (("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
+                               ("max_tokens", "INT32", np.array([[3]], np.int32)),
+                               ("stream", "BOOL", np.array([[True]], bool))):
+        tensor = grpcclient.InferInput(name, [1, 1], dtype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
+    texts = []
+    while True:
+        result, error = responses.get(timeout=30)
+        assert error is None, error
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+        texts.append(result.as_numpy("text_output").reshape(-1)[0].decode())
+    client.stop_stream()
+    assert texts == ["", "hello", "world"]
+
+
+def test_metrics_port_serves_prometheus_text(plain: Server) -> None:
+    post(plain, "/v2/models/ensemble/generate", {"text_input": PROMPT, "max_tokens": 1})
+    with urllib.request.urlopen(f"http://{plain.metrics}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert "# TYPE nv_inference_request_success counter" in text
+    assert 'nv_inference_request_success{model="ensemble",version="1"}' in text
