@@ -31,7 +31,9 @@ def params(cfg: model_config_pb2.ModelConfig) -> dict[str, str]:
     return {k: v.string_value for k, v in cfg.parameters.items()}
 
 
-def container(obj: dict[str, Any], name: str = "triton", template: str = "template") -> dict[str, Any]:
+def container(
+    obj: dict[str, Any], name: str = "triton", template: str = "template"
+) -> dict[str, Any]:
     spec = obj["spec"]
     pod = spec[template] if template in spec else spec["leaderWorkerTemplate"][template]
     return next(c for c in pod["spec"]["containers"] if c["name"] == name)

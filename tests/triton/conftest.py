@@ -86,20 +86,20 @@ def triton_install() -> TritonInstall:
          "import pytriton, os, sys, sysconfig; "
          "print(os.path.dirname(os.path.dirname(pytriton.__file__))); "
          "print(f'{sys.version_info[0]}.{sys.version_info[1]}'); "
-         "print(sysconfig.get_config_var('LIBDIR')); print(sys.base_prefix)"],
+         "print(sysconfig.get_config_var('LIBDIR'))"],
         check=True, capture_output=True, text=True,
     ).stdout.split("\n")
-    site, pyver, libdir, home = Path(info[0]), info[1], info[2], info[3]
+    site, pyver, libdir = Path(info[0]), info[1], info[2]
     server_dir = site / "pytriton" / "tritonserver"
     stub = server_dir / "backends" / "python" / "triton_python_backend_stub"
     if not stub.exists():  # the stub must match the interpreter the models run with
         shutil.copy2(server_dir / "python_backend_stubs" / pyver / stub.name, stub)
     env = {
         **os.environ,
-        # The stub embeds this libpython; PYTHONHOME/PYTHONPATH give it the venv's packages.
+        # The stub embeds this libpython, which ignores PYTHONPATH but finds its prefix by
+        # looking up `python3` on PATH: the venv's, so the venv's site-packages are used.
+        "PATH": f"{python.parent}:{os.environ.get('PATH', '')}",
         "LD_LIBRARY_PATH": f"{libdir}:{site / 'nvidia_pytriton.libs'}",
-        "PYTHONHOME": home,
-        "PYTHONPATH": str(site),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }

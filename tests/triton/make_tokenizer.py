@@ -1,4 +1,4 @@
-"""Write a tiny deterministic tokenizer (WordLevel, whitespace split, <s> prepended) to argv[1].
+"""Write a tiny deterministic tokenizer (WordLevel, <s> prepended) to the directory argv[1].
 
 Test-only; run by the triton tier inside its pytriton virtual environment (which has tokenizers
 and transformers). No download: the vocabulary is below.
@@ -10,7 +10,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 SPECIAL = ["<pad>", "<unk>", "</s>", "<s>"]
-WORDS = "hello world the quick brown fox jumps over lazy dog triton says hi".split()
+WORDS = [
+    "hello", "world", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "triton",
+    "says", "hi",
+]
 
 vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
 tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))

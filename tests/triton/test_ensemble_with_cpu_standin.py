@@ -145,9 +145,11 @@ def test_grpc_stream_with_cpu_standin(streaming: Server) -> None:
     while True:
         result, error = responses.get(timeout=30)
         assert error is None, error
+        text = result.as_numpy("text_output")
+        if text is not None:
+            texts.append(text.reshape(-1)[0].decode())
         if result.get_response().parameters["triton_final_response"].bool_param:
             break
-        texts.append(result.as_numpy("text_output").reshape(-1)[0].decode())
     client.stop_stream()
     assert texts == ["", "hello", "world"]
 
@@ -158,3 +160,14 @@ def test_metrics_port_serves_prometheus_text(plain: Server) -> None:
         text = r.read().decode()
     assert "# TYPE nv_inference_request_success counter" in text
     assert 'nv_inference_request_success{model="ensemble",version="1"}' in text
+
+
+@pytest.mark.parametrize("version", ["0.9.0", "0.13.0", "0.19.0"])
+def test_older_templates_with_cpu_standin(serve: Any, version: str) -> None:
+    """Older contracts (dims [-1], log probs through postprocessing) load and answer too."""
+    server = serve(f"v{version}", example(EXAMPLE, trtllmVersion=version))
+    _, body = post(server, "/v2/models/ensemble/generate",
+                   {"text_input": PROMPT, "max_tokens": 4, "bad_words": "", "stop_words": ""})
+    out = json.loads(body)
+    assert out["text_output"] == " ".join(expected(4))
+    assert out["cum_log_probs"] == 0.0 or out["cum_log_probs"] == [0.0]

@@ -87,7 +87,8 @@ def test_llama2_7b_v1() -> None:
     affinity = r.one("Deployment")["spec"]["template"]["spec"]["affinity"]
     term = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
-        "NVIDIA-A100-SXM4-80GB"]
+        "NVIDIA-A100-SXM4-80GB"
+    ]
 
 
 def test_llama_70b_multinode() -> None:
@@ -129,4 +130,5 @@ def test_gpt2_medium() -> None:
     assert r.one("PersistentVolumeClaim")["spec"]["resources"]["requests"]["storage"] == "50Gi"
     assert ranks(r.launch_plan["argv"]) == 1
     assert params(pbtxt(r.repository["tensorrt_llm/config.pbtxt"]))["gpt_model_type"] == (
-        "inflight_fused_batching")
+        "inflight_fused_batching"
+    )

@@ -44,12 +44,19 @@ class World:
         engine = get(c.ENGINE_KIND, r.engine_key)
         if engine is not None and self.engine_status is not None:
             engine = {**engine, "status": self.engine_status}
-        live = {k: v for k, v in self.objects.items()
-                if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)}
+        live = {
+            k: v
+            for k, v in self.objects.items()
+            if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)
+        }
         workload = get("Deployment", self.body["metadata"]["name"])
-        revisions = sorted({o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
-                            for (k, _), o in self.objects.items()
-                            if k == "ConfigMap" and o["metadata"]["labels"].get(c.LABEL_REPO_KEY)})
+        revisions = sorted(
+            {
+                o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
+                for (k, _), o in self.objects.items()
+                if k == "ConfigMap" and o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
+            }
+        )
         return Observed(
             now=self.now,
             store=get("PersistentVolumeClaim", "tritonllm-model-store"),
@@ -57,15 +64,18 @@ class World:
             build_job=get("Job", naming.build_job_name(r.engine_key)),
             build_pods=self.obs.get("build_pods", []),
             repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
-            workload=workload, live=live, repo_revisions=revisions,
+            workload=workload,
+            live=live,
+            repo_revisions=revisions,
             secret_present=self.obs.get("secret_present"),
             gpu_nodes=self.obs.get("gpu_nodes"),
         )
 
     def step(self) -> Plan:
         dep = self.dep()
-        r = render_all(dep.model_copy(update={"metadata": dep.metadata.model_copy(
-            update={"uid": UID})}))
+        r = render_all(
+            dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": UID})})
+        )
         p = plan(self.body, dep, r, self.observe(r))
         for obj in p.apply:
             self.objects[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
@@ -84,14 +94,25 @@ class World:
     def finish_job(self, name: str, ok: bool = True, uid: str = "job-uid") -> None:
         job = self.objects[("Job", name)]
         job["metadata"]["uid"] = uid
-        job["status"] = {"conditions": [{"type": "Complete" if ok else "Failed",
-                                         "status": "True", "reason": "BackoffLimitExceeded"}]}
+        job["status"] = {
+            "conditions": [
+                {
+                    "type": "Complete" if ok else "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                }
+            ]
+        }
 
     def make_ready(self, replicas: int = 1) -> None:
         wl = self.objects[("Deployment", self.body["metadata"]["name"])]
         wl["metadata"]["generation"] = 1
-        wl["status"] = {"observedGeneration": 1, "readyReplicas": replicas,
-                        "updatedReplicas": replicas, "replicas": replicas}
+        wl["status"] = {
+            "observedGeneration": 1,
+            "readyReplicas": replicas,
+            "updatedReplicas": replicas,
+            "replicas": replicas,
+        }
 
     def cond(self, type_: str) -> dict[str, Any]:
         return next(x for x in self.body["status"]["conditions"] if x["type"] == type_)
@@ -148,25 +169,60 @@ def test_steady_state_writes_nothing() -> None:
     w.bring_up()
     p = w.step()
     assert (p.apply, p.delete, p.scale, p.status, p.engine_status, p.events) == (
-        [], [], None, None, None, [])
+        [],
+        [],
+        None,
+        None,
+        None,
+        [],
+    )
 
 
 def test_last_transition_time_changes_only_on_flip() -> None:
-    old = [{"type": "Available", "status": "True", "reason": "Serving", "message": "1 of 1",
-            "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}]
-    merged, flips = merge_conditions(old, [Cond("Available", "True", "Serving", "2 of 2")],
-                                     generation=2, now="2026-11-22T00:00:00Z")
+    old = [
+        {
+            "type": "Available",
+            "status": "True",
+            "reason": "Serving",
+            "message": "1 of 1",
+            "observedGeneration": 1,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
+    merged, flips = merge_conditions(
+        old,
+        [Cond("Available", "True", "Serving", "2 of 2")],
+        generation=2,
+        now="2026-11-22T00:00:00Z",
+    )
     assert merged[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and not flips
-    merged, flips = merge_conditions(old, [Cond("Available", "False", "NoReadyReplicas")],
-                                     generation=2, now="2026-11-22T00:00:00Z")
+    merged, flips = merge_conditions(
+        old,
+        [Cond("Available", "False", "NoReadyReplicas")],
+        generation=2,
+        now="2026-11-22T00:00:00Z",
+    )
     assert merged[0]["lastTransitionTime"] == "2026-11-22T00:00:00Z" and len(flips) == 1
 
 
 def test_failed_build_reports_log_tail_and_retries_with_backoff() -> None:
-    pod = {"metadata": {"creationTimestamp": "2026-11-22T09:00:00Z"}, "status": {
-        "containerStatuses": [{"name": "build", "state": {"terminated": {
-            "exitCode": 3, "reason": "Error",
-            "message": "trtllm-build: CUDA out of memory"}}}]}}
+    pod = {
+        "metadata": {"creationTimestamp": "2026-11-22T09:00:00Z"},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "build",
+                    "state": {
+                        "terminated": {
+                            "exitCode": 3,
+                            "reason": "Error",
+                            "message": "trtllm-build: CUDA out of memory",
+                        }
+                    },
+                }
+            ]
+        },
+    }
     w = World(build_pods=[pod])
     w.step()
     job = w.render.build_job["metadata"]["name"]
@@ -206,8 +262,13 @@ def test_build_gives_up_after_the_attempt_limit() -> None:
 
 
 def test_missing_secret_blocks_without_building() -> None:
-    w = World({"model": {"credentials": {"secretName": "hf-token"}},
-               "storage": {"create": {"size": "1Gi"}}}, secret_present=False)
+    w = World(
+        {
+            "model": {"credentials": {"secretName": "hf-token"}},
+            "storage": {"create": {"size": "1Gi"}},
+        },
+        secret_present=False,
+    )
     p = w.step()
     assert "Job" not in kinds(p) and c.ENGINE_KIND not in kinds(p)
     d = w.cond(c.COND_DEGRADED)
@@ -223,8 +284,9 @@ def test_missing_store_names_the_field() -> None:
 
 
 def test_no_node_with_the_gpu_product() -> None:
-    w = World({"gpu": {"product": "NVIDIA-B200"}, "storage": {"create": {"size": "1Gi"}}},
-              gpu_nodes=0)
+    w = World(
+        {"gpu": {"product": "NVIDIA-B200"}, "storage": {"create": {"size": "1Gi"}}}, gpu_nodes=0
+    )
     w.step()
     assert w.cond(c.COND_DEGRADED)["reason"] == "NoMatchingNodes"
 

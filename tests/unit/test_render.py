@@ -11,8 +11,17 @@ from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import RenderOptions, render_all
 from tritonllm.render.naming import engine_key
 
-APPLY_ORDER = ["PersistentVolumeClaim", "ConfigMap", "Job", "ConfigMap", "Job", "Service",
-               "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"]
+APPLY_ORDER = [
+    "PersistentVolumeClaim",
+    "ConfigMap",
+    "Job",
+    "ConfigMap",
+    "Job",
+    "Service",
+    "Deployment",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+]
 
 
 def dep(patch=None, **top):
@@ -20,8 +29,9 @@ def dep(patch=None, **top):
 
 
 def test_apply_order() -> None:
-    r = render_all(dep({"storage": {"create": {"size": "10Gi"}},
-                        "autoscaling": {"maxReplicas": 3}}))
+    r = render_all(
+        dep({"storage": {"create": {"size": "10Gi"}}, "autoscaling": {"maxReplicas": 3}})
+    )
     assert [o["kind"] for o in r.objects] == APPLY_ORDER
 
 
@@ -71,8 +81,9 @@ def test_owner_references_only_with_a_uid() -> None:
 
 
 def test_created_pvc_has_no_owner() -> None:
-    r = render_all(dep({"storage": {"create": {"size": "10Gi"}}}, metadata={"name": "demo",
-                                                                              "uid": "u"}))
+    r = render_all(
+        dep({"storage": {"create": {"size": "10Gi"}}}, metadata={"name": "demo", "uid": "u"})
+    )
     assert "ownerReferences" not in r.one("PersistentVolumeClaim")["metadata"]
 
 
@@ -107,7 +118,10 @@ def test_service_selects_serving_pods_and_names_ports() -> None:
     assert all(labels[k] == v for k, v in svc["spec"]["selector"].items())
     assert d["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002}
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
+    }
     assert r.selector == ",".join(f"{k}={v}" for k, v in sorted(svc["spec"]["selector"].items()))
 
 
@@ -127,15 +141,16 @@ def test_pvc_source_on_another_claim_is_mounted_read_only() -> None:
     r = render_all(dep({"model": {"source": "pvc://weights/llama-2-7b"}}))
     job = r.build_job
     vols = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
-    assert vols["model-source"]["persistentVolumeClaim"] == {"claimName": "weights",
-                                                             "readOnly": True}
+    assert vols["model-source"]["persistentVolumeClaim"] == {
+        "claimName": "weights",
+        "readOnly": True,
+    }
     assert r.build_plan["weightsDir"] == "/source/llama-2-7b"
 
 
 def test_repository_configmap_holds_every_file_and_the_plans() -> None:
     r = render_all(dep())
-    cm = next(o for o in r.by_kind("ConfigMap") if o["metadata"]["name"].endswith(
-        r.repository_key))
+    cm = next(o for o in r.by_kind("ConfigMap") if o["metadata"]["name"].endswith(r.repository_key))
     assert cm["immutable"] is True
     keys = set(cm["data"])
     assert {p.replace("/", "__") for p in r.repository} <= keys

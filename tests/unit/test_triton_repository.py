@@ -33,7 +33,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tuned": {
         "engine": {"dtype": "bfloat16", "limits": {"maxBatchSize": 1, "maxBeamWidth": 2}},
         "serving": {
-            "kvCache": {"freeGpuMemFraction": 0.5, "maxTokens": 2560, "enableReuse": True},
+            "kvCache": {"freeGpuMemFraction": 0.5, "maxTokens": 2560, "enableReuse": True,
+                        "maxAttentionWindowSize": 1024},
             "maxQueueDelayMicroseconds": 600, "maxQueueSize": 32,
             "excludeInputInOutput": False, "logitsDatatype": "TYPE_BF16",
         },
@@ -130,11 +131,11 @@ def test_ensemble_wiring_is_consistent(rendered: Any) -> None:
     assert set(ens_in) <= consumed, f"unused ensemble inputs: {set(ens_in) - consumed}"
 
 
-def test_bls_mirrors_the_ensemble(rendered: Any) -> None:
-    dep, files = rendered
-    if not dep.spec.serving.bls:
-        pytest.skip("variant without BLS")
-    cfgs = configs(files)
+@pytest.mark.parametrize("version", list(IMAGES))
+@pytest.mark.parametrize("variant", ["bls", "bls-streaming"])
+def test_bls_mirrors_the_ensemble(version: str, variant: str) -> None:
+    dep = deployment(IMAGES[version], **VARIANTS[variant])
+    cfgs = configs(render(dep))
     bls, ens = cfgs["tensorrt_llm_bls"], cfgs["ensemble"]
     assert io(bls.input) == io(ens.input) and io(bls.output) == io(ens.output)
     assert bls.model_transaction_policy.decoupled is dep.spec.serving.streaming
@@ -151,7 +152,8 @@ def test_spec_values_reach_the_parameters(rendered: Any) -> None:
     assert trt.backend == "tensorrtllm"
     assert trt.max_batch_size == spec.engine.limits.maxBatchSize
     assert trt.model_transaction_policy.decoupled is spec.serving.streaming
-    assert trt.dynamic_batching.max_queue_delay_microseconds == spec.serving.maxQueueDelayMicroseconds
+    delay = spec.serving.maxQueueDelayMicroseconds
+    assert trt.dynamic_batching.max_queue_delay_microseconds == delay
     assert p["gpt_model_type"] == spec.serving.batching
     assert p["gpt_model_path"] == ENGINE
     assert p["batch_scheduler_policy"] == spec.serving.schedulerPolicy
@@ -159,14 +161,17 @@ def test_spec_values_reach_the_parameters(rendered: Any) -> None:
     assert float(p["kv_cache_free_gpu_mem_fraction"]) == spec.serving.kvCache.freeGpuMemFraction
     assert p["enable_kv_cache_reuse"] == str(spec.serving.kvCache.enableReuse).lower()
     assert p["exclude_input_in_output"] == str(spec.serving.excludeInputInOutput).lower()
-    assert p.get("max_tokens_in_paged_kv_cache") == (
-        str(spec.serving.kvCache.maxTokens) if spec.serving.kvCache.maxTokens else None)
+    kv = spec.serving.kvCache
+    assert p.get("max_tokens_in_paged_kv_cache") == (str(kv.maxTokens) if kv.maxTokens else None)
+    assert p.get("max_attention_window_size") == (
+        str(kv.maxAttentionWindowSize) if kv.maxAttentionWindowSize else None)
     assert params(pre) == {
         "tokenizer_dir": TOKENIZER,
         "add_special_tokens": str(spec.model.tokenizer.addSpecialTokens).lower(),
         "trust_remote_code": "false",
     }
-    assert params(post)["skip_special_tokens"] == str(spec.model.tokenizer.skipSpecialTokens).lower()
+    skip = str(spec.model.tokenizer.skipSpecialTokens).lower()
+    assert params(post)["skip_special_tokens"] == skip
     assert pre.instance_group[0].count == spec.serving.instances.preprocessing
     assert {c.max_batch_size for c in cfgs.values()} == {spec.engine.limits.maxBatchSize}
 
@@ -266,7 +271,8 @@ def test_llmapi_repository() -> None:
     dep = deployment(
         IMAGES["1.2.1"], runtime="llmapi",
         engine={"parallelism": {"tensor": 2, "pipeline": 2}},
-        serving={"streaming": True, "kvCache": {"freeGpuMemFraction": 0.8, "maxTokens": 4096},
+        serving={"streaming": True, "kvCache": {"freeGpuMemFraction": 0.8, "maxTokens": 4096,
+                                                "maxAttentionWindowSize": 2048},
                  "schedulerPolicy": "max_utilization"},
         gpu={"perNode": 4},
     )
@@ -284,7 +290,7 @@ def test_llmapi_repository() -> None:
         "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
         "max_batch_size": 64, "max_num_tokens": 8192, "max_seq_len": 2048, "max_beam_width": 1,
         "kv_cache_config": {"free_gpu_memory_fraction": 0.8, "enable_block_reuse": False,
-                            "max_tokens": 4096},
+                            "max_tokens": 4096, "max_attention_window": [2048]},
         "scheduler_config": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
         "triton_config": {"max_batch_size": 0, "decoupled": True},
     }

@@ -37,8 +37,9 @@ def _rows(node: dict[str, Any], path: str, required: set[str]) -> list[str]:
         rows.append(f"| `{p}`{req} | {_type(prop)} | {shown} | {desc} |")
         inner = prop.get("items") if prop.get("type") == "array" else prop
         if isinstance(inner, dict) and "properties" in inner:
-            rows += _rows(inner, p + ("[]" if inner is not prop else ""),
-                          set(inner.get("required", [])))
+            rows += _rows(
+                inner, p + ("[]" if inner is not prop else ""), set(inner.get("required", []))
+            )
     return rows
 
 

@@ -76,15 +76,18 @@ def _structural(node: Schema) -> Schema:
         node["type"] = "object"
         node["properties"] = {k: _structural(v) for k, v in node["properties"].items()}
         for prop in node["properties"].values():
-            # An object whose fields all have defaults defaults to {}: the API server then
-            # fills in the nested defaults even when the user leaves the whole object out.
+            # An object whose fields all have defaults gets its fully defaulted value as its
+            # own default: the API server then fills it in when the user leaves the object out,
+            # and CEL rules on it (checked against the default at CRD creation) see every key.
             if (
                 prop.get("type") == "object"
                 and "properties" in prop
                 and not prop.get("required")
                 and "default" not in prop
             ):
-                prop["default"] = {}
+                prop["default"] = {
+                    k: v["default"] for k, v in prop["properties"].items() if "default" in v
+                }
         node.pop("additionalProperties", None)
     elif isinstance(node.get("additionalProperties"), dict):
         node["type"] = "object"
@@ -251,8 +254,14 @@ def crd() -> Schema:
         ],
     }
     return _crd(
-        crd_name=c.CRD_NAME, kind=c.KIND, plural=c.PLURAL, singular=c.SINGULAR,
-        short_names=c.SHORT_NAMES, root=root, columns=PRINTER_COLUMNS, scale=True,
+        crd_name=c.CRD_NAME,
+        kind=c.KIND,
+        plural=c.PLURAL,
+        singular=c.SINGULAR,
+        short_names=c.SHORT_NAMES,
+        root=root,
+        columns=PRINTER_COLUMNS,
+        scale=True,
     )
 
 
@@ -283,9 +292,14 @@ def engine_crd() -> Schema:
         },
     }
     return _crd(
-        crd_name=c.ENGINE_CRD_NAME, kind=c.ENGINE_KIND, plural=c.ENGINE_PLURAL,
-        singular=c.ENGINE_SINGULAR, short_names=c.ENGINE_SHORT_NAMES, root=root,
-        columns=ENGINE_COLUMNS, scale=False,
+        crd_name=c.ENGINE_CRD_NAME,
+        kind=c.ENGINE_KIND,
+        plural=c.ENGINE_PLURAL,
+        singular=c.ENGINE_SINGULAR,
+        short_names=c.ENGINE_SHORT_NAMES,
+        root=root,
+        columns=ENGINE_COLUMNS,
+        scale=False,
     )
 
 
@@ -307,17 +321,22 @@ def _peering_crd(plural: str, kind: str, scope: str) -> Schema:
             "group": "kopf.dev",
             "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
             "scope": scope,
-            "versions": [{
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "kopf peering: operator replicas announce themselves here and "
-                    "only the highest-priority one acts (tritonllm's leader election).",
-                    "x-kubernetes-preserve-unknown-fields": True,
-                }},
-            }],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "kopf peering: operator replicas announce themselves "
+                            "here and "
+                            "only the highest-priority one acts (tritonllm's leader election).",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
         },
     }
 
@@ -326,6 +345,7 @@ def peering_crds() -> dict[str, Schema]:
     """kopf's peering kinds (kopf.dev/v1), needed when the operator runs with peering."""
     return {
         "kopf.dev_clusterkopfpeerings.yaml": _peering_crd(
-            "clusterkopfpeerings", "ClusterKopfPeering", "Cluster"),
+            "clusterkopfpeerings", "ClusterKopfPeering", "Cluster"
+        ),
         "kopf.dev_kopfpeerings.yaml": _peering_crd("kopfpeerings", "KopfPeering", "Namespaced"),
     }

@@ -14,7 +14,6 @@ from typing import Literal
 from pydantic import Field
 
 from .base import ApiModel
-from .status import Condition
 
 
 class EngineModel(ApiModel):

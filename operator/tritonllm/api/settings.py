@@ -18,7 +18,7 @@ class OperatorSettings(BaseModel):
     model_config = ConfigDict(frozen=True, use_attribute_docstrings=True, extra="forbid")
 
     namespaces: list[str] = Field(default_factory=list)
-    """Namespaces to watch; empty watches the whole cluster (TRITONLLM_NAMESPACES, comma-separated)."""
+    """Namespaces to watch; empty watches the whole cluster (TRITONLLM_NAMESPACES, comma list)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level (TRITONLLM_LOG_LEVEL)."""
     log_format: Literal["json", "text"] = "json"
@@ -32,7 +32,7 @@ class OperatorSettings(BaseModel):
     peering: str = "tritonllm"
     """kopf peering name (leader election between replicas); empty runs standalone."""
     resync_seconds: float = Field(default=60.0, gt=0)
-    """Every object is reconciled at least this often (a safety net; steady state writes nothing)."""
+    """Every object is reconciled this often (a safety net; the steady state writes nothing)."""
     tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
     """Image carrying tritonllm (copied into Triton pods; runs the repository Jobs)."""
     check_gpu_nodes: bool = True

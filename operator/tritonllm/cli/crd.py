@@ -37,8 +37,11 @@ def crd_text() -> str:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("crd", help="write the CRD generated from the API models")
-    p.add_argument("--out", action="append",
-                   help="directory to write (repeatable; default: crds and the chart's crds)")
+    p.add_argument(
+        "--out",
+        action="append",
+        help="directory to write (repeatable; default: crds and the chart's crds)",
+    )
     p.add_argument("--docs", default=DOCS_PATH, help=f"API reference to write ({DOCS_PATH})")
     p.add_argument("--stdout", action="store_true", help="print instead of writing")
     p.add_argument("--check", action="store_true", help="exit 1 if the file on disk differs (CI)")
@@ -53,8 +56,12 @@ def run(args: argparse.Namespace) -> int:
     outs = [Path(o) for o in (args.out or DEFAULT_OUTS)]
     docs = Path(args.docs)
     if args.check:
-        stale = [o / n for o in outs for n, t in texts.items()
-                 if not (o / n).exists() or (o / n).read_text() != t]
+        stale = [
+            o / n
+            for o in outs
+            for n, t in texts.items()
+            if not (o / n).exists() or (o / n).read_text() != t
+        ]
         if not docs.exists() or docs.read_text() != docs_text():
             stale.append(docs)
         for path in stale:

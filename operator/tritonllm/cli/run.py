@@ -7,6 +7,7 @@ TRITONLLM_* environment variables (tritonllm.api.settings), with flags overridin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import os
 import sys
@@ -16,12 +17,23 @@ from tritonllm.api.settings import OperatorSettings
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="run the operator")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
-                   help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("-n", "--namespace", action="append", dest="namespaces",
-                   help="watch only this namespace (repeatable; default: all)")
-    p.add_argument("--standalone", action="store_true",
-                   help="no peering (a single operator replica, e.g. for development)")
+    p.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering (a single operator replica, e.g. for development)",
+    )
     p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0: off)")
     p.add_argument("--health-port", type=int, help="/healthz port (0: off)")
     p.add_argument("--bind-address", help="address for metrics and health endpoints")
@@ -35,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def settings_from(args: argparse.Namespace) -> OperatorSettings:
     base = OperatorSettings.from_env()
     overrides = {
-        k: v for k, v in {
+        k: v
+        for k, v in {
             "namespaces": args.namespaces,
             "metrics_port": args.metrics_port,
             "health_port": args.health_port,
@@ -45,7 +58,8 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
             "tools_image": args.tools_image,
             "resync_seconds": args.resync_seconds,
             "peering": "" if args.standalone else None,
-        }.items() if v is not None
+        }.items()
+        if v is not None
     }
     return base.model_copy(update=overrides)
 
@@ -54,18 +68,22 @@ def run(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from tritonllm.handlers import logs, operator
-
     settings = settings_from(args)
+    os.environ["TRITONLLM_RESYNC_SECONDS"] = str(settings.resync_seconds)
+    from tritonllm.handlers import logs, operator  # after the environment is set
+
     logs.setup(settings.log_level, settings.log_format)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     operator.configure(settings, args.kubeconfig)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.bind_address)
-    liveness = (f"http://{settings.bind_address}:{settings.health_port}/healthz"
-                if settings.health_port else None)
-    try:
+    liveness = (
+        f"http://{settings.bind_address}:{settings.health_port}/healthz"
+        if settings.health_port
+        else None
+    )
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             kopf.operator(
                 standalone=not settings.peering,
@@ -75,8 +93,6 @@ def run(args: argparse.Namespace) -> int:
                 liveness_endpoint=liveness,
             )
         )
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -8,6 +8,7 @@ path on stdout, so ``export KUBECONFIG=$(tritonllm cluster up)`` works. Nothing 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         kubeconfig = cluster.up(build=not args.no_build, timeout=args.timeout)
     except (BuildError, ClusterError) as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     print(kubeconfig)
     return 0
@@ -35,7 +36,7 @@ def _up(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     left = _cluster(args).down(purge=args.purge)
     if left:
-        print(f"error: processes still alive: {left}")
+        print(f"error: processes still alive: {left}", file=sys.stderr)
         return 1
     return 0
 
@@ -66,7 +67,7 @@ def _build(args: argparse.Namespace) -> int:
     try:
         ensure_all(COMPONENTS)
     except BuildError as exc:
-        print(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -19,19 +19,33 @@ class JsonFormatter(logging.Formatter):
         }
         for key in ("namespace", "object"):
             value = getattr(record, key, None)
-            if value:
+            if value and value != "-":
                 out[key] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return json.dumps(out)
 
 
+class _ObjectDefaults(logging.Filter):
+    """Give every record the per-object fields, so the text format can always show them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key in ("namespace", "object"):
+            if not hasattr(record, key):
+                setattr(record, key, "-")
+        return True
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(namespace)s/%(object)s] %(message)s"
+
+
 def setup(level: str, fmt: str) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(_ObjectDefaults())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -53,7 +54,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = f"{c.GROUP}/engine-cleanup"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration")
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
     reconciler()
 
 
@@ -72,21 +74,31 @@ async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_
     reconciler().request(namespace, name)
 
 
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=60.0, initial_delay=30.0)
+# Read at import: `tritonllm run` exports the setting before it imports this module.
+RESYNC_SECONDS = float(os.environ.get("TRITONLLM_RESYNC_SECONDS", "60"))
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 async def resync(namespace: str, name: str, **_: Any) -> None:
     """Level-based safety net (retries after backoff, missed events); quiet in steady state."""
     reconciler().request(namespace, name)
 
 
 def _owner_instances(body: dict[str, Any]) -> list[str]:
-    return [ref["name"] for ref in body["metadata"].get("ownerReferences") or []
-            if ref.get("kind") == c.KIND]
+    return [
+        ref["name"]
+        for ref in body["metadata"].get("ownerReferences") or []
+        if ref.get("kind") == c.KIND
+    ]
 
 
 async def _by_engine_key(namespace: str, key: str) -> list[str]:
     items = await reconciler().kube.list(c.API_VERSION, c.KIND, namespace)
-    return [i["metadata"]["name"] for i in items
-            if ((i.get("status") or {}).get("engine") or {}).get("key") == key]
+    return [
+        i["metadata"]["name"]
+        for i in items
+        if ((i.get("status") or {}).get("engine") or {}).get("key") == key
+    ]
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
@@ -116,8 +128,9 @@ def _retention_delete(spec: dict[str, Any], **_: Any) -> bool:
     return bool((spec.get("storage") or {}).get("engineRetention") == "Delete")
 
 
-@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, when=_retention_delete, timeout=120, retries=3,
-                backoff=10)
+@kopf.on.delete(
+    c.GROUP, c.VERSION, c.PLURAL, when=_retention_delete, timeout=120, retries=3, backoff=10
+)
 async def delete_engines(body: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
     """storage.engineRetention Delete: forget engines no other deployment uses.
 

@@ -20,7 +20,7 @@ from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, par
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
-from tritonllm.render import RenderOptions, Rendered, naming, render_all
+from tritonllm.render import Rendered, RenderOptions, naming, render_all
 from tritonllm.render.serving import is_multi_node
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -105,8 +105,11 @@ class Reconciler:
             return
         key = naming.engine_key(dep)
         engine = await self.kube.get(c.API_VERSION, c.ENGINE_KIND, dep.namespace, key)
-        workload_kind = ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet") if is_multi_node(
-            dep) else ("apps/v1", "Deployment")
+        workload_kind = (
+            ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+            if is_multi_node(dep)
+            else ("apps/v1", "Deployment")
+        )
         workload = await self.kube.get(*workload_kind, dep.namespace, naming.serving_name(dep))
         uid = body["metadata"].get("uid", "")
         engine_status = (engine or {}).get("status") or {}
@@ -115,7 +118,8 @@ class Reconciler:
             engine_cached=engine_status.get("state") == "Ready"
             and engine_status.get("builtFor") not in (None, uid),
             observed_replicas=((workload or {}).get("spec") or {}).get("replicas")
-            if dep.spec.autoscaling else None,
+            if dep.spec.autoscaling
+            else None,
         )
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         rendered = render_all(dep, opts)
@@ -128,8 +132,12 @@ class Reconciler:
         return self._engine_locks.setdefault((namespace, key), asyncio.Lock())
 
     async def _observe(
-        self, dep: TritonLLMDeployment, r: Rendered, engine: dict[str, Any] | None,
-        workload: dict[str, Any] | None, now: dt.datetime,
+        self,
+        dep: TritonLLMDeployment,
+        r: Rendered,
+        engine: dict[str, Any] | None,
+        workload: dict[str, Any] | None,
+        now: dt.datetime,
     ) -> Observed:
         ns, spec = dep.namespace, dep.spec
         get = self.kube.get
@@ -138,11 +146,13 @@ class Reconciler:
         if spec.model.credentials:
             secret = await get("v1", "Secret", ns, spec.model.credentials.secretName)
             secret_present = secret is not None and spec.model.credentials.key in (
-                secret.get("data") or {})
+                secret.get("data") or {}
+            )
         gpu_nodes = None
         if spec.gpu.product and self.settings.check_gpu_nodes:
-            nodes = await self.kube.list("v1", "Node", None,
-                                         labels={c.GPU_PRODUCT_LABEL: spec.gpu.product})
+            nodes = await self.kube.list(
+                "v1", "Node", None, labels={c.GPU_PRODUCT_LABEL: spec.gpu.product}
+            )
             gpu_nodes = len(nodes)
         build_name = naming.build_job_name(r.engine_key, spec.runtime)
         build_job = await get("batch/v1", "Job", ns, build_name)
@@ -159,34 +169,57 @@ class Reconciler:
                 found = await get(obj["apiVersion"], kind, ns, name)
             if found is not None:
                 live[(kind, name)] = found
-        for kind, api in (("HorizontalPodAutoscaler", "autoscaling/v2"),
-                          ("PodDisruptionBudget", "policy/v1")):
+        for kind, api in (
+            ("HorizontalPodAutoscaler", "autoscaling/v2"),
+            ("PodDisruptionBudget", "policy/v1"),
+        ):
             if not r.by_kind(kind):
                 found = await get(api, kind, ns, naming.serving_name(dep))
                 if found is not None:
                     live[(kind, naming.serving_name(dep))] = found
-        revisions = await self.kube.list("v1", "ConfigMap", ns, labels={
-            c.LABEL_INSTANCE: dep.name, c.LABEL_COMPONENT: c.COMPONENT_REPOSITORY})
-        repo_revisions = sorted({cm["metadata"]["labels"].get(c.LABEL_REPO_KEY, "")
-                                 for cm in revisions} - {""})
+        revisions = await self.kube.list(
+            "v1",
+            "ConfigMap",
+            ns,
+            labels={c.LABEL_INSTANCE: dep.name, c.LABEL_COMPONENT: c.COMPONENT_REPOSITORY},
+        )
+        repo_revisions = sorted(
+            {cm["metadata"]["labels"].get(c.LABEL_REPO_KEY, "") for cm in revisions} - {""}
+        )
 
         async def pods_of(job: dict[str, Any] | None) -> list[dict[str, Any]]:
-            if job is None or not any(x.get("type") == "Failed" and x.get("status") == "True"
-                                      for x in (job.get("status") or {}).get("conditions") or []):
+            if job is None or not any(
+                x.get("type") == "Failed" and x.get("status") == "True"
+                for x in (job.get("status") or {}).get("conditions") or []
+            ):
                 return []
-            return await self.kube.list("v1", "Pod", ns,
-                                        labels={"job-name": job["metadata"]["name"]})
+            return await self.kube.list(
+                "v1", "Pod", ns, labels={"job-name": job["metadata"]["name"]}
+            )
 
         return Observed(
-            now=now, store=store, secret_present=secret_present, gpu_nodes=gpu_nodes,
-            engine=engine, build_job=build_job, build_pods=await pods_of(build_job),
-            repo_job=repo_job, repo_pods=await pods_of(repo_job), workload=workload, live=live,
+            now=now,
+            store=store,
+            secret_present=secret_present,
+            gpu_nodes=gpu_nodes,
+            engine=engine,
+            build_job=build_job,
+            build_pods=await pods_of(build_job),
+            repo_job=repo_job,
+            repo_pods=await pods_of(repo_job),
+            workload=workload,
+            live=live,
             repo_revisions=repo_revisions,
         )
 
     async def _execute(
-        self, body: dict[str, Any], dep: TritonLLMDeployment | None, p: Plan,
-        logger: logging.LoggerAdapter[Any], *, rendered: Rendered | None = None,
+        self,
+        body: dict[str, Any],
+        dep: TritonLLMDeployment | None,
+        p: Plan,
+        logger: logging.LoggerAdapter[Any],
+        *,
+        rendered: Rendered | None = None,
         engine: dict[str, Any] | None = None,
     ) -> None:
         meta = body["metadata"]
@@ -210,29 +243,38 @@ class Reconciler:
             await self.kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
             logger.info("scaled %s to %d", kind, replicas)
         if p.engine_status is not None and rendered is not None:
-            await self.kube.apply_status({
-                "apiVersion": c.API_VERSION, "kind": c.ENGINE_KIND,
-                "metadata": {"name": rendered.engine_key, "namespace": ns},
-                "status": p.engine_status,
-            })
+            await self.kube.apply_status(
+                {
+                    "apiVersion": c.API_VERSION,
+                    "kind": c.ENGINE_KIND,
+                    "metadata": {"name": rendered.engine_key, "namespace": ns},
+                    "status": p.engine_status,
+                }
+            )
         if p.build_result:
             BUILDS.labels(p.build_result).inc()
         if p.status is not None:
-            await self.kube.apply_status({
-                "apiVersion": c.API_VERSION, "kind": c.KIND,
-                "metadata": {"name": name, "namespace": ns}, "status": p.status,
-            })
+            await self.kube.apply_status(
+                {
+                    "apiVersion": c.API_VERSION,
+                    "kind": c.KIND,
+                    "metadata": {"name": name, "namespace": ns},
+                    "status": p.status,
+                }
+            )
         for type_, reason, message in p.events:
             await self.kube.event(body, type_=type_, reason=reason, message=message)
             logger.info("event %s %s: %s", type_, reason, message)
         status = p.status if p.status is not None else (body.get("status") or {})
         self._conditions[(ns, name)] = {
-            x["type"]: x["status"] for x in status.get("conditions") or []}
+            x["type"]: x["status"] for x in status.get("conditions") or []
+        }
         self._publish_conditions()
 
     def _publish_conditions(self) -> None:
         counts: dict[tuple[str, str], int] = {
-            (t, s): 0 for t in c.CONDITION_TYPES for s in ("True", "False", "Unknown")}
+            (t, s): 0 for t in c.CONDITION_TYPES for s in ("True", "False", "Unknown")
+        }
         for conds in self._conditions.values():
             for t, s in conds.items():
                 counts[(t, s)] = counts.get((t, s), 0) + 1

@@ -163,8 +163,9 @@ class Kube:
         query = []
         if labels:
             query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
-        out = await self._call("list", kind, "GET", path_for(api_version, kind, namespace),
-                               query=query)
+        out = await self._call(
+            "list", kind, "GET", path_for(api_version, kind, namespace), query=query
+        )
         items: list[dict[str, Any]] = out.get("items", [])
         for item in items:  # list items carry no apiVersion/kind
             item.setdefault("apiVersion", api_version)
@@ -232,13 +233,21 @@ class Kube:
         )
 
     async def delete(
-        self, api_version: str, kind: str, namespace: str | None, name: str,
-        *, propagation: str = "Background",
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str = "Background",
     ) -> bool:
         """Delete; False when it was already gone."""
         try:
             await self._call(
-                "delete", kind, "DELETE", path_for(api_version, kind, namespace, name),
+                "delete",
+                kind,
+                "DELETE",
+                path_for(api_version, kind, namespace, name),
                 body={"propagationPolicy": propagation},
             )
             return True
@@ -275,7 +284,8 @@ class Kube:
             "count": 1,
         }
         try:
-            await self._call("event", "Event", "POST", path_for("v1", "Event", meta["namespace"]),
-                             body=body)
+            await self._call(
+                "event", "Event", "POST", path_for("v1", "Event", meta["namespace"]), body=body
+            )
         except KubeError as exc:
             log.warning("could not post event %s: %s", reason, exc)

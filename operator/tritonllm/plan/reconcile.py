@@ -41,15 +41,18 @@ def object_hash(obj: dict[str, Any]) -> str:
     """Hash of an object as we render it (the annotation itself excluded)."""
     meta = {k: v for k, v in obj["metadata"].items() if k != "annotations"}
     annotations = {
-        k: v for k, v in (obj["metadata"].get("annotations") or {}).items()
+        k: v
+        for k, v in (obj["metadata"].get("annotations") or {}).items()
         if k != c.ANNOTATION_SPEC_HASH
     }
     return naming.stable_hash({**obj, "metadata": {**meta, "annotations": annotations}})
 
 
 def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    annotations = {**(obj["metadata"].get("annotations") or {}),
-                   c.ANNOTATION_SPEC_HASH: object_hash(obj)}
+    annotations = {
+        **(obj["metadata"].get("annotations") or {}),
+        c.ANNOTATION_SPEC_HASH: object_hash(obj),
+    }
     return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
 
 
@@ -109,15 +112,15 @@ class Observed:
     """Everything the planner needs, read from the API server by the handlers."""
 
     now: dt.datetime
-    store: dict[str, Any] | None = None          # the PVC
-    secret_present: bool | None = None           # None: no credentials requested
-    gpu_nodes: int | None = None                 # None: no product requested
-    engine: dict[str, Any] | None = None         # TritonLLMEngine record
+    store: dict[str, Any] | None = None  # the PVC
+    secret_present: bool | None = None  # None: no credentials requested
+    gpu_nodes: int | None = None  # None: no product requested
+    engine: dict[str, Any] | None = None  # TritonLLMEngine record
     build_job: dict[str, Any] | None = None
     build_pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     repo_job: dict[str, Any] | None = None
     repo_pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    workload: dict[str, Any] | None = None       # Deployment or LeaderWorkerSet
+    workload: dict[str, Any] | None = None  # Deployment or LeaderWorkerSet
     # Live children by (kind, name), for the hash comparison.
     live: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Repository revisions (repo keys) that exist as ConfigMaps/Jobs of this deployment.
@@ -193,9 +196,7 @@ def plan_invalid(body: dict[str, Any], error: InvalidDeployment, obs: Observed) 
     return _finish(body, Plan(), conds, obs, extra={"reason": "InvalidSpec"}, keep_others=True)
 
 
-def plan(
-    body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs: Observed
-) -> Plan:
+def plan(body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs: Observed) -> Plan:
     """The next step for a valid deployment."""
     p = Plan()
     spec = dep.spec
@@ -212,7 +213,9 @@ def plan(
         p.apply.append(pvc[0])  # create once; never updated or deleted by us afterwards
     elif obs.store is None:
         blocked = Cond(
-            c.COND_DEGRADED, "True", "StoreMissing",
+            c.COND_DEGRADED,
+            "True",
+            "StoreMissing",
             f"PersistentVolumeClaim {spec.storage.claimName} (spec.storage.claimName) does not "
             f"exist in namespace {dep.namespace}: create it, or set spec.storage.create to have "
             "the operator create it",
@@ -221,51 +224,85 @@ def plan(
     if obs.secret_present is False and spec.model.credentials:
         cred = spec.model.credentials
         blocked = blocked or Cond(
-            c.COND_DEGRADED, "True", "SecretMissing",
+            c.COND_DEGRADED,
+            "True",
+            "SecretMissing",
             f"Secret {cred.secretName} with key {cred.key} (spec.model.credentials) is missing in "
             f"namespace {dep.namespace}: create it with the Hugging Face token",
         )
     if obs.gpu_nodes == 0:
         blocked = blocked or Cond(
-            c.COND_DEGRADED, "True", "NoMatchingNodes",
+            c.COND_DEGRADED,
+            "True",
+            "NoMatchingNodes",
             f"no node has {c.GPU_PRODUCT_LABEL}={spec.gpu.product} (spec.gpu.product): check the "
             f"value against `kubectl get nodes -L {c.GPU_PRODUCT_LABEL}`",
         )
 
     # 3. the engine
-    engine_state, engine_cond, engine_status = _engine(p, dep, rendered, obs, uid, now,
-                                                       blocked is not None)
+    engine_state, engine_cond, engine_status = _engine(
+        p, dep, rendered, obs, uid, now, blocked is not None
+    )
     conds.append(engine_cond)
     engine_ready = engine_state == "Ready"
 
     # 4. the repository
     repo = JobObs.of(obs.repo_job, obs.repo_pods)
-    repo_cm = next(o for o in rendered.by_kind("ConfigMap")
-                   if o["metadata"]["name"].endswith(rendered.repository_key))
-    repo_job = next(o for o in rendered.by_kind("Job") if o["metadata"]["name"]
-                    == naming.repository_job_name(dep, rendered.repository_key))
+    repo_cm = next(
+        o
+        for o in rendered.by_kind("ConfigMap")
+        if o["metadata"]["name"].endswith(rendered.repository_key)
+    )
+    repo_job = next(
+        o
+        for o in rendered.by_kind("Job")
+        if o["metadata"]["name"] == naming.repository_job_name(dep, rendered.repository_key)
+    )
     if engine_ready and blocked is None:
         _want(p, obs, repo_cm)
         if repo.phase == "Missing":
             p.apply.append(with_hash(repo_job))
     repo_ready = repo.phase == "Succeeded"
     if repo_ready:
-        conds.append(Cond(c.COND_REPOSITORY_READY, "True", "RepositoryWritten",
-                          f"model repository at {rendered.repository_dir}"))
+        conds.append(
+            Cond(
+                c.COND_REPOSITORY_READY,
+                "True",
+                "RepositoryWritten",
+                f"model repository at {rendered.repository_dir}",
+            )
+        )
     elif repo.phase == "Failed":
-        conds.append(Cond(c.COND_REPOSITORY_READY, "False", "RepositoryFailed",
-                          f"{repo.reason}: {repo.message}".strip(": ")))
+        conds.append(
+            Cond(
+                c.COND_REPOSITORY_READY,
+                "False",
+                "RepositoryFailed",
+                f"{repo.reason}: {repo.message}".strip(": "),
+            )
+        )
     elif not engine_ready:
-        conds.append(Cond(c.COND_REPOSITORY_READY, "False", "WaitingForEngine",
-                          "the repository is written once the engine is ready"))
+        conds.append(
+            Cond(
+                c.COND_REPOSITORY_READY,
+                "False",
+                "WaitingForEngine",
+                "the repository is written once the engine is ready",
+            )
+        )
     else:
-        conds.append(Cond(c.COND_REPOSITORY_READY, "False", "Writing",
-                          f"Job {repo_job['metadata']['name']} is writing the model repository"))
+        conds.append(
+            Cond(
+                c.COND_REPOSITORY_READY,
+                "False",
+                "Writing",
+                f"Job {repo_job['metadata']['name']} is writing the model repository",
+            )
+        )
 
     # 5. serving
     served_engine, served_repo = _served_keys(obs.workload)
-    workload = next(o for o in rendered.objects
-                    if o["kind"] in ("Deployment", "LeaderWorkerSet"))
+    workload = next(o for o in rendered.objects if o["kind"] in ("Deployment", "LeaderWorkerSet"))
     if blocked is None:
         _want(p, obs, objects[("Service", naming.serving_name(dep))])
     if repo_ready and blocked is None:
@@ -278,8 +315,10 @@ def plan(
         if desired != spec.serving.replicas:
             p.scale = (workload["apiVersion"], workload["kind"], spec.serving.replicas)
     # Children that no longer belong: HPA/PDB switched off, old repository revisions.
-    for kind, api in (("HorizontalPodAutoscaler", "autoscaling/v2"),
-                      ("PodDisruptionBudget", "policy/v1")):
+    for kind, api in (
+        ("HorizontalPodAutoscaler", "autoscaling/v2"),
+        ("PodDisruptionBudget", "policy/v1"),
+    ):
         if (kind, naming.serving_name(dep)) in obs.live and not rendered.by_kind(kind):
             p.delete.append((api, kind, naming.serving_name(dep)))
     keep = {rendered.repository_key, served_repo}
@@ -291,14 +330,32 @@ def plan(
     desired, ready, updated, done = _workload_counts(obs.workload)
     serving_target = served_repo == rendered.repository_key
     if ready > 0:
-        conds.append(Cond(c.COND_AVAILABLE, "True", "Serving",
-                          f"{ready} of {desired} replicas ready at {rendered.endpoint}"))
+        conds.append(
+            Cond(
+                c.COND_AVAILABLE,
+                "True",
+                "Serving",
+                f"{ready} of {desired} replicas ready at {rendered.endpoint}",
+            )
+        )
     elif obs.workload is None:
-        conds.append(Cond(c.COND_AVAILABLE, "False", "NotDeployed",
-                          "the serving workload is created once the repository is ready"))
+        conds.append(
+            Cond(
+                c.COND_AVAILABLE,
+                "False",
+                "NotDeployed",
+                "the serving workload is created once the repository is ready",
+            )
+        )
     else:
-        conds.append(Cond(c.COND_AVAILABLE, "False", "NoReadyReplicas",
-                          "no serving replica has passed its readiness probe yet"))
+        conds.append(
+            Cond(
+                c.COND_AVAILABLE,
+                "False",
+                "NoReadyReplicas",
+                "no serving replica has passed its readiness probe yet",
+            )
+        )
 
     failed = engine_state == "Failed" or repo.phase == "Failed"
     if blocked is not None:
@@ -307,12 +364,23 @@ def plan(
         reason = blocked.reason
         p.requeue_after = 60
     elif failed:
-        cond = engine_cond if engine_state == "Failed" else next(
-            x for x in conds if x.type == c.COND_REPOSITORY_READY)
+        cond = (
+            engine_cond
+            if engine_state == "Failed"
+            else next(x for x in conds if x.type == c.COND_REPOSITORY_READY)
+        )
         conds.append(Cond(c.COND_DEGRADED, "True", cond.reason, cond.message))
-        retrying = engine_state == "Failed" and engine_status.get("attempts", 0) < MAX_BUILD_ATTEMPTS
-        conds.append(Cond(c.COND_PROGRESSING, "True" if retrying else "False",
-                          "RetryingBuild" if retrying else cond.reason, cond.message))
+        retrying = (
+            engine_state == "Failed" and engine_status.get("attempts", 0) < MAX_BUILD_ATTEMPTS
+        )
+        conds.append(
+            Cond(
+                c.COND_PROGRESSING,
+                "True" if retrying else "False",
+                "RetryingBuild" if retrying else cond.reason,
+                cond.message,
+            )
+        )
         reason = cond.reason
     else:
         conds.append(Cond(c.COND_DEGRADED, "False", "AsExpected", ""))
@@ -320,17 +388,32 @@ def plan(
             conds.append(Cond(c.COND_PROGRESSING, "True", engine_cond.reason, engine_cond.message))
             reason = engine_cond.reason
         elif not repo_ready:
-            conds.append(Cond(c.COND_PROGRESSING, "True", "WritingRepository",
-                              "writing the model repository"))
+            conds.append(
+                Cond(
+                    c.COND_PROGRESSING, "True", "WritingRepository", "writing the model repository"
+                )
+            )
             reason = "WritingRepository"
         elif not (serving_target and done):
             what = "rolling out" if obs.workload else "starting"
-            conds.append(Cond(c.COND_PROGRESSING, "True", "RollingOut",
-                              f"{what}: {updated}/{desired} replicas updated, {ready} ready"))
+            conds.append(
+                Cond(
+                    c.COND_PROGRESSING,
+                    "True",
+                    "RollingOut",
+                    f"{what}: {updated}/{desired} replicas updated, {ready} ready",
+                )
+            )
             reason = "RollingOut"
         else:
-            conds.append(Cond(c.COND_PROGRESSING, "False", "Deployed",
-                              "every replica runs the current engine and settings"))
+            conds.append(
+                Cond(
+                    c.COND_PROGRESSING,
+                    "False",
+                    "Deployed",
+                    "every replica runs the current engine and settings",
+                )
+            )
             reason = "Ready" if ready else "ScaledToZero"
 
     engine_info: dict[str, Any] = {
@@ -364,7 +447,12 @@ def plan(
 
 
 def _engine(
-    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, uid: str, now: str,
+    p: Plan,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    uid: str,
+    now: str,
     blocked: bool,
 ) -> tuple[str, Cond, dict[str, Any]]:
     """Engine record and build Job decisions. Returns (state, EngineReady condition, status)."""
@@ -385,16 +473,24 @@ def _engine(
     if state != "Ready" and not blocked:
         if job.phase == "Succeeded":
             state = "Ready"
-            status.update(state="Ready", builtAt=now, message=f"{what} finished",
-                          builtFor=status.get("builtFor") or uid)
+            status.update(
+                state="Ready",
+                builtAt=now,
+                message=f"{what} finished",
+                builtFor=status.get("builtFor") or uid,
+            )
             status.pop("buildJob", None)
             p.build_result = "succeeded"
         elif job.phase == "Failed":
             last = status.get("lastFailure") or {}
             if last.get("job") != job.uid:  # count each failed Job once
                 status["attempts"] = int(status.get("attempts", 0)) + 1
-                status["lastFailure"] = {"reason": job.reason or "BackoffLimitExceeded",
-                                         "message": job.message, "time": now, "job": job.uid}
+                status["lastFailure"] = {
+                    "reason": job.reason or "BackoffLimitExceeded",
+                    "message": job.message,
+                    "time": now,
+                    "job": job.uid,
+                }
                 p.build_result = "failed"
             attempts = int(status["attempts"])
             state = "Failed"
@@ -407,44 +503,65 @@ def _engine(
                     p.delete.append(("batch/v1", "Job", job_name))
                     status["message"] = f"retrying the {what} (attempt {attempts + 1})"
                 else:
-                    status["message"] = (f"{what} failed (attempt {attempts} of "
-                                         f"{MAX_BUILD_ATTEMPTS}); retrying in {int(wait)}s")
+                    status["message"] = (
+                        f"{what} failed (attempt {attempts} of "
+                        f"{MAX_BUILD_ATTEMPTS}); retrying in {int(wait)}s"
+                    )
                     p.requeue_after = max(5.0, wait)
             else:
-                status["message"] = (f"{what} failed {attempts} times; change the spec (a new "
-                                     "engine key) or delete the TritonLLMEngine to try again")
+                status["message"] = (
+                    f"{what} failed {attempts} times; change the spec (a new "
+                    "engine key) or delete the TritonLLMEngine to try again"
+                )
         else:
             if job.phase == "Missing":
                 for o in rendered.objects:
                     if o["metadata"]["name"] == job_name and o["kind"] in ("ConfigMap", "Job"):
                         _want(p, obs, o)
             state = "Building"
-            status.update(state="Building", buildJob=job_name,
-                          message=f"Job {job_name} is running the {what}")
+            status.update(
+                state="Building", buildJob=job_name, message=f"Job {job_name} is running the {what}"
+            )
             status.setdefault("builtFor", uid)
     if status != old_status or obs.engine is None:
         p.engine_status = status
 
     if state == "Ready":
         cached = status.get("builtFor") not in (None, uid)
-        cond = Cond(c.COND_ENGINE_READY, "True", "EngineCached" if cached else "EngineBuilt",
-                    f"engine {key} at {rendered.engine_dir}" + (" (reused from the cache)"
-                                                               if cached else ""))
+        cond = Cond(
+            c.COND_ENGINE_READY,
+            "True",
+            "EngineCached" if cached else "EngineBuilt",
+            f"engine {key} at {rendered.engine_dir}"
+            + (" (reused from the cache)" if cached else ""),
+        )
     elif state == "Failed":
         last = status.get("lastFailure") or {}
-        cond = Cond(c.COND_ENGINE_READY, "False", "BuildFailed",
-                    f"Job {job_name} failed ({last.get('reason', '')}): {last.get('message', '')}"
-                    .strip())
+        cond = Cond(
+            c.COND_ENGINE_READY,
+            "False",
+            "BuildFailed",
+            f"Job {job_name} failed ({last.get('reason', '')}): {last.get('message', '')}".strip(),
+        )
     elif blocked:
         cond = Cond(c.COND_ENGINE_READY, "Unknown", "Blocked", "waiting for prerequisites")
     else:
-        cond = Cond(c.COND_ENGINE_READY, "False", "Building" if what == "build" else "Downloading",
-                    status.get("message", ""))
+        cond = Cond(
+            c.COND_ENGINE_READY,
+            "False",
+            "Building" if what == "build" else "Downloading",
+            status.get("message", ""),
+        )
     return state, cond, status
 
 
 def _finish(
-    body: dict[str, Any], p: Plan, conds: list[Cond], obs: Observed, *, extra: dict[str, Any],
+    body: dict[str, Any],
+    p: Plan,
+    conds: list[Cond],
+    obs: Observed,
+    *,
+    extra: dict[str, Any],
     keep_others: bool = False,
 ) -> Plan:
     """Merge conditions, build the status, and keep it only if something changed."""
@@ -453,14 +570,23 @@ def _finish(
     old_conds = list(old.get("conditions") or [])
     if keep_others:  # carry the conditions this plan does not decide
         decided = {x.type for x in conds}
-        conds = [*conds, *(Cond(x["type"], x["status"], x["reason"], x.get("message", ""))
-                           for x in old_conds if x["type"] not in decided)]
-    merged, flips = merge_conditions(old_conds, conds, generation=generation,
-                                     now=_rfc3339(obs.now))
+        conds = [
+            *conds,
+            *(
+                Cond(x["type"], x["status"], x["reason"], x.get("message", ""))
+                for x in old_conds
+                if x["type"] not in decided
+            ),
+        ]
+    merged, flips = merge_conditions(old_conds, conds, generation=generation, now=_rfc3339(obs.now))
     order = {t: i for i, t in enumerate(c.CONDITION_TYPES)}
     merged.sort(key=lambda x: order.get(x["type"], 99))
-    status = {**{k: v for k, v in old.items() if k not in extra and k != "conditions"}, **extra,
-              "conditions": merged, "observedGeneration": generation}
+    status = {
+        **{k: v for k, v in old.items() if k not in extra and k != "conditions"},
+        **extra,
+        "conditions": merged,
+        "observedGeneration": generation,
+    }
     if status != old:
         p.status = status
     for cond, prev in flips:
@@ -468,7 +594,14 @@ def _finish(
             continue  # the first "not yet" of a new object is not news
         bad = (cond.type == c.COND_DEGRADED and cond.status == "True") or (
             cond.type in (c.COND_AVAILABLE, c.COND_ENGINE_READY, c.COND_REPOSITORY_READY)
-            and cond.status == "False" and cond.reason not in ("WaitingForEngine",))
-        p.events.append(("Warning" if bad else "Normal", cond.reason,
-                         cond.message or f"{cond.type} is {cond.status}"))
+            and cond.status == "False"
+            and cond.reason not in ("WaitingForEngine",)
+        )
+        p.events.append(
+            (
+                "Warning" if bad else "Normal",
+                cond.reason,
+                cond.message or f"{cond.type} is {cond.status}",
+            )
+        )
     return p

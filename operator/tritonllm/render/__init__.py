@@ -45,13 +45,15 @@ class Rendered:
     @property
     def build_job(self) -> dict[str, Any]:
         """The engine-build (or, for llmapi, download) Job."""
-        return next(o for o in self.by_kind("Job")
-                    if o["metadata"]["name"].endswith(self.engine_key))
+        return next(
+            o for o in self.by_kind("Job") if o["metadata"]["name"].endswith(self.engine_key)
+        )
 
     @property
     def repository_job(self) -> dict[str, Any]:
-        return next(o for o in self.by_kind("Job")
-                    if o["metadata"]["name"].endswith(self.repository_key))
+        return next(
+            o for o in self.by_kind("Job") if o["metadata"]["name"].endswith(self.repository_key)
+        )
 
     def one(self, kind: str) -> dict[str, Any]:
         found = self.by_kind(kind)

@@ -113,7 +113,14 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
             "backoffLimit": BUILD_BACKOFF_LIMIT,
             "activeDeadlineSeconds": BUILD_DEADLINE_SECONDS,
             "template": {
-                "metadata": {"labels": pod_labels(dep, labels)},
+                "metadata": {
+                    "labels": pod_labels(dep, labels),
+                    **(
+                        {"annotations": dict(dep.spec.podTemplate.annotations)}
+                        if dep.spec.podTemplate.annotations
+                        else {}
+                    ),
+                },
                 "spec": pod_spec,
             },
         },

@@ -52,12 +52,12 @@ def _plugin(value: str, dtype: str) -> str:
     return dtype if value == "auto" else value
 
 
-def converter_candidates(example_dir: str) -> list[str]:
-    """Where convert_checkpoint.py for an example directory may live, relative to examples/."""
-    return [
-        f"{example_dir}/convert_checkpoint.py",
-        f"models/core/{example_dir}/convert_checkpoint.py",
-    ]
+# Where convert_checkpoint.py for an example directory may live, relative to examples/ (the
+# runtime fills {dir} and takes the first that exists under one of EXAMPLE_ROOTS).
+CONVERTER_PATHS = (
+    "{dir}/convert_checkpoint.py",
+    "models/core/{dir}/convert_checkpoint.py",
+)
 
 
 def convert_step(
@@ -114,6 +114,7 @@ def convert_step(
         # auto: the runtime maps config.json `architectures[0]` through `converters`.
         "exampleDir": None if arch == "auto" else ARCHITECTURE_DIRS[arch],
         "converters": CONVERTERS,
+        "converterPaths": list(CONVERTER_PATHS),
     }
 
 

@@ -1,7 +1,7 @@
 """The tensor contracts of the inflight_batcher_llm model set, per TensorRT-LLM version.
 
 Each model's inputs and outputs are listed once, with the version range in which the upstream
-template declares them (reference §1.2–1.6, checked against the tensorrtllm_backend tags v0.9.0 …
+template declares them (reference §1.2-1.6, checked against the tensorrtllm_backend tags v0.9.0 …
 v0.19.0 and TensorRT-LLM's newest ``triton_backend``). The ensemble wiring is *derived* from these
 lists and a handful of renames, so the ensemble, the BLS model (which runs the same steps) and the
 configs cannot disagree about a name, type or shape.

@@ -8,7 +8,7 @@ versions (never by naming "families"): a release between two we studied gets the
 nearest older one.
 
 The boundaries below were read off the upstream templates at the tensorrtllm_backend tags
-v0.9.0 … v0.19.0; "newest" (TensorRT-LLM's own ``triton_backend`` of 2025–26) is taken to start at
+v0.9.0 … v0.19.0; "newest" (TensorRT-LLM's own ``triton_backend`` of 2025-26) is taken to start at
 1.0.0, the first release after v0.19 whose container we can name (the reference leaves the exact
 release of the renames unconfirmed; 0.20 and 0.21 are rendered with the 0.19 set).
 """
@@ -22,7 +22,7 @@ from tritonllm.api.versions import TrtllmVersion
 
 # Version boundaries shared by the features and the tensor catalog (tritonllm.triton.contracts).
 EXECUTOR_BACKEND: Final = TrtllmVersion("0.10.0")  # `backend: ${triton_backend}`, executor worker
-DECODER_INPUTS: Final = TrtllmVersion("0.11.0")  # encoder-decoder: DECODER_QUERY / decoder_input_ids
+DECODER_INPUTS: Final = TrtllmVersion("0.11.0")  # DECODER_QUERY, decoder_input_ids
 SCALAR_TEXT: Final = TrtllmVersion("0.12.0")  # text_input / max_tokens / END_ID dims [1], was [-1]
 BATCH_INDEX: Final = TrtllmVersion("0.12.0")  # tensorrt_llm output batch_index
 QUEUE_SIZE: Final = TrtllmVersion("0.12.0")  # tensorrt_llm default_queue_policy.max_queue_size
@@ -35,10 +35,10 @@ ENCODER_FEATURES_DTYPE: Final = TrtllmVersion("0.15.0")
 ENSEMBLE_LORA: Final = TrtllmVersion("0.15.0")
 KV_CACHE_STATS: Final = TrtllmVersion("0.16.0")  # kv_cache_* outputs
 ENSEMBLE_EXCLUDE_INPUT: Final = TrtllmVersion("0.16.0")
-KV_REUSE_STATS_INPUT_UNTIL: Final = TrtllmVersion("0.19.0")  # return_kv_cache_reuse_stats (0.16-0.18)
+KV_REUSE_STATS_INPUT_UNTIL: Final = TrtllmVersion("0.19.0")  # return_kv_cache_reuse_stats
 LOGITS_DTYPE: Final = TrtllmVersion("0.17.0")
 KV_RETENTION: Final = TrtllmVersion("0.17.0")
-PERF_METRICS: Final = TrtllmVersion("0.19.0")  # return_perf_metrics, timing outputs, guided decoding
+PERF_METRICS: Final = TrtllmVersion("0.19.0")  # perf/timing outputs, guided decoding
 PREPROC_DYNAMIC_BATCHING: Final = TrtllmVersion("0.19.0")
 KV_REUSE_DEFAULT_ON: Final = TrtllmVersion("0.19.0")
 NUM_NODES: Final = TrtllmVersion("0.19.0")

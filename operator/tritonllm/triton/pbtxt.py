@@ -19,7 +19,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias, Union
+from typing import TypeAlias
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -37,7 +37,7 @@ class Enum:
 
 Scalar: TypeAlias = str | int | float | bool | Enum
 Message: TypeAlias = Mapping[str, "Value"]
-Value: TypeAlias = Union[Scalar, Message, Sequence[Scalar], Sequence[Message]]
+Value: TypeAlias = Scalar | Message | Sequence[Scalar] | Sequence[Message]
 
 
 def quote(text: str) -> str:

@@ -120,6 +120,8 @@ def _spec_parameters(
     }
     if serving.kvCache.maxTokens is not None:
         params["max_tokens_in_paged_kv_cache"] = str(serving.kvCache.maxTokens)
+    if serving.kvCache.maxAttentionWindowSize is not None:
+        params["max_attention_window_size"] = str(serving.kvCache.maxAttentionWindowSize)
     if "kv_cache_host_memory_bytes" in tensorrt_llm_parameter_keys(f):
         params["kv_cache_host_memory_bytes"] = str(serving.kvCache.hostMemoryBytes)
     if f.trt_overlap_parameter:
@@ -328,12 +330,15 @@ def _yaml_scalar(value: object) -> str:
 
 
 def yaml_dump(data: Mapping[str, Any], indent: int = 0) -> str:
-    """Block-style YAML for nested mappings of scalars (all model.yaml needs; no PyYAML here)."""
+    """Block-style YAML for nested mappings of scalars and scalar lists (all model.yaml needs;
+    PyYAML is not a dependency of this package)."""
     lines = []
     for key, value in data.items():
         pad = "  " * indent
         if isinstance(value, Mapping):
             lines.append(f"{pad}{key}:\n{yaml_dump(value, indent + 1)}")
+        elif isinstance(value, list):
+            lines.append(f"{pad}{key}: [{', '.join(_yaml_scalar(v) for v in value)}]\n")
         else:
             lines.append(f"{pad}{key}: {_yaml_scalar(value)}\n")
     return "".join(lines)
@@ -351,6 +356,8 @@ def llmapi_config(spec: TritonLLMDeploymentSpec, model_dir: str, tokenizer_dir: 
     }
     if kv.maxTokens is not None:
         kv_cache["max_tokens"] = kv.maxTokens
+    if kv.maxAttentionWindowSize is not None:
+        kv_cache["max_attention_window"] = [kv.maxAttentionWindowSize]
     if kv.hostMemoryBytes:
         kv_cache["host_cache_size"] = kv.hostMemoryBytes
     return {

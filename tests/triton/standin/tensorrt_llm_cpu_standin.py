@@ -29,7 +29,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.outputs = {
-            o["name"]: (pb_utils.triton_string_to_numpy(o["data_type"]), [int(d) for d in o["dims"]])
+            o["name"]: (
+                pb_utils.triton_string_to_numpy(o["data_type"]), [int(d) for d in o["dims"]]
+            )
             for o in config["output"]
         }
         exclude = config["parameters"]["exclude_input_in_output"]["string_value"]
@@ -37,18 +39,19 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if not self.decoupled:
-            return [self._respond(request, streaming=False)[0] for request in requests]
+            return [self._respond(request)[0] for request in requests]
         for request in requests:
             sender = request.get_response_sender()
-            for response in self._respond(request, streaming=bool(_scalar(request, "streaming"))):
+            for response in self._respond(request):
                 sender.send(response)
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 
-    def _respond(self, request: Any, *, streaming: bool) -> list[Any]:
+    def _respond(self, request: Any) -> list[Any]:
         try:
+            streaming = bool(_scalar(request, "streaming"))
             if streaming and not self.decoupled:
-                raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+                raise ValueError("Streaming is only supported in decoupled mode.")
             prompt = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[0]
             prompt = prompt[: int(_scalar(request, "input_lengths"))]
             exclude = _scalar(request, "exclude_input_in_output")

@@ -68,7 +68,9 @@ class TritonPythonModel:
     def _prompt(self, request: Any) -> tuple[str, SamplingParams]:
         prompt = _text(pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
                        .reshape(-1)[0])
-        kwargs = {k: v for k in SAMPLING if (v := _value(request, f"sampling_param_{k}")) is not None}
+        kwargs = {
+            k: v for k in SAMPLING if (v := _value(request, f"sampling_param_{k}")) is not None
+        }
         stop = pb_utils.get_input_tensor_by_name(request, "sampling_param_stop")
         if stop is not None:
             kwargs["stop"] = [_text(s) for s in stop.as_numpy().reshape(-1) if _text(s)]

@@ -74,9 +74,9 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             return None if tensor is None else tensor.as_numpy()
 
-        query = get("QUERY")
-        if query is None:
-            raise ValueError("input QUERY is required")
+        query, output_len = get("QUERY"), get("REQUEST_OUTPUT_LEN")
+        if query is None or output_len is None:
+            raise ValueError("inputs QUERY and REQUEST_OUTPUT_LEN are required")
         batch = query.shape[0]
         end_id = self._ids(get("END_ID"), self.end_id, batch, "END_ID")
         pad_id = self._ids(get("PAD_ID"), self.pad_id, batch, "PAD_ID")
@@ -85,7 +85,7 @@ class TritonPythonModel:
         out: dict[str, np.ndarray] = {
             "INPUT_ID": input_ids,
             "REQUEST_INPUT_LEN": input_lengths,
-            "REQUEST_OUTPUT_LEN": get("REQUEST_OUTPUT_LEN"),
+            "REQUEST_OUTPUT_LEN": output_len,
             "BAD_WORDS_IDS": self._word_lists(get("BAD_WORDS_DICT"), batch),
             "STOP_WORDS_IDS": self._word_lists(get("STOP_WORDS_DICT"), batch),
             "EMBEDDING_BIAS": self._embedding_bias(

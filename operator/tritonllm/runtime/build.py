@@ -1,0 +1,317 @@
+"""`tritonllm build --plan FILE`: execute a build plan (or a model-repository plan) step by step.
+
+Build plans (rendered by tritonllm.triton.build) list download, convert or quantize, and
+trtllm-build. Every completed step leaves a marker, <state>/<step>.done, holding the hash of the
+step's definition and its timing; a rerun (the Job's next pod after a crash or eviction) skips steps
+whose marker matches and whose output is still there, and redoes the rest. artifact.json is written
+last, atomically, and only after the engine's own config.json confirms tp and pp: its presence with
+the plan's engine key means "complete", and a complete engine is never rebuilt.
+
+Checks run before the expensive work: the image's TensorRT-LLM version against the plan (the engine
+key and the flag dialect depend on it), the visible GPUs against trtllm-build's --workers (ranks are
+built in turn on that many GPUs), and free space on the store before each step that writes to it.
+
+The state directory is <engineDir>/.tritonllm for engine builds and <weightsDir>/.tritonllm for
+download-only (llmapi) plans. Model-repository plans (a single `repository` step) are handled by
+tritonllm.runtime.repository.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from . import hub, repository
+from .common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_MISMATCH,
+    EXIT_NO_CONVERTER,
+    EXIT_NO_SPACE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_VERSION,
+    Failure,
+    check_free_space,
+    digest,
+    dir_size,
+    engine_mapping,
+    gpu_product,
+    load_plan,
+    log,
+    mentions_enospc,
+    product_label,
+    read_json,
+    require_gpus,
+    run_child,
+    run_main,
+    same_version,
+    trtllm_version,
+    version_check_skipped,
+    write_json_atomic,
+)
+
+ARTIFACT = "artifact.json"
+STATE_DIR = ".tritonllm"
+ARTIFACT_SCHEMA = 1
+# Model-directory files that must exist for a local (pvc://) source to count as present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def main(plan_path: str) -> int:
+    return run_main("build", lambda: execute(load_plan(plan_path)))
+
+
+def execute(plan: dict[str, Any]) -> int:
+    steps = plan.get("steps") or []
+    if steps and all(s.get("name") == "repository" for s in steps):
+        for step in steps:
+            repository.run(step)
+        return EXIT_OK
+    return Builder(plan).run()
+
+
+class Builder:
+    """One build plan's execution; its fields are what artifact.json reports."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.plan = plan
+        self.key: str = plan["engineKey"]
+        self.engine_dir = Path(plan["engineDir"]) if plan.get("engineDir") else None
+        self.weights_dir = Path(plan["weightsDir"])
+        self.state = (self.engine_dir or self.weights_dir) / STATE_DIR
+        self.records: list[dict[str, Any]] = []
+        self.trtllm_version: str | None = None
+
+    # --- the whole plan ----------------------------------------------------------------------
+
+    def run(self) -> int:
+        started = time.monotonic()
+        if self.engine_dir is not None and self._complete():
+            return EXIT_OK
+        log("build", "plan", key=self.key, steps=[s["name"] for s in self.plan["steps"]],
+            state=str(self.state))
+        if self.engine_dir is not None:
+            self._preflight()
+        for step in self.plan["steps"]:
+            self._run_step(step)
+        if self.engine_dir is not None:
+            self._write_artifact(time.monotonic() - started)
+        log("build", "done", key=self.key, seconds=round(time.monotonic() - started, 1))
+        return EXIT_OK
+
+    def _complete(self) -> bool:
+        assert self.engine_dir is not None
+        artifact = read_json(self.engine_dir / ARTIFACT)
+        if artifact is None:
+            return False
+        if artifact.get("engineKey") != self.key:
+            raise Failure(
+                EXIT_MISMATCH,
+                f"{self.engine_dir / ARTIFACT} belongs to engine {artifact.get('engineKey')!r}, "
+                f"not {self.key!r}: the store holds a foreign engine at this path; remove it",
+            )
+        log("build", "cached", key=self.key, engine=str(self.engine_dir),
+            trtllmVersion=artifact.get("trtllmVersion"))
+        return True
+
+    def _preflight(self) -> None:
+        """Version and GPU checks, before anything is downloaded."""
+        planned = self.plan.get("trtllmVersion")
+        found = trtllm_version()
+        self.trtllm_version = found or planned
+        if not version_check_skipped():
+            if found is None:
+                raise Failure(
+                    EXIT_NOT_FOUND,
+                    "TensorRT-LLM is not installed in this image (no tensorrt_llm package): "
+                    "spec.image must be a Triton TensorRT-LLM image (…-trtllm-python-py3)",
+                )
+            if planned and not same_version(found, planned):
+                raise Failure(
+                    EXIT_VERSION,
+                    f"the image has TensorRT-LLM {found} but the plan was rendered for {planned} "
+                    "(from the image tag or spec.trtllmVersion): set spec.trtllmVersion to "
+                    f"{found} so that flags, templates and the engine key match the image",
+                )
+        build = next((s for s in self.plan["steps"] if s["name"] == "build"), None)
+        if build is not None:
+            require_gpus(_workers(build["argv"]), "trtllm-build --workers")
+
+    # --- steps -----------------------------------------------------------------------------------
+
+    def _run_step(self, step: dict[str, Any]) -> None:
+        name = step["name"]
+        if name.startswith("download") and step.get("kind") == "local":
+            self._check_local(step)
+            return
+        marker = self.state / f"{name}.done"
+        want = digest({"engineKey": self.key, "step": step})
+        done = read_json(marker)
+        if done is not None and done.get("hash") == want and self._output_present(step):
+            log("build", "skip", step=name, reason="done in an earlier run",
+                seconds=done.get("seconds"))
+            self.records.append({**done["record"], "skipped": True})
+            return
+        log("build", "start", step=name)
+        t0 = time.monotonic()
+        if name.startswith("download"):
+            record: dict[str, Any] = {"name": name, "download": hub.download(step)}
+        elif name in ("convert", "quantize", "build"):
+            record = {"name": name, "argv": self._run_tool(step)}
+        else:
+            raise Failure(EXIT_INVALID, f"unknown build step {name!r}")
+        seconds = round(time.monotonic() - t0, 1)
+        record["seconds"] = seconds
+        write_json_atomic(marker, {"hash": want, "seconds": seconds, "record": record})
+        self.records.append(record)
+        log("build", "end", step=name, seconds=seconds)
+
+    def _check_local(self, step: dict[str, Any]) -> None:
+        path = Path(step["localDir"])
+        needs = ("config.json",) if step["name"] == "download" else TOKENIZER_FILES
+        if not path.is_dir() or not any((path / f).is_file() for f in needs):
+            what = "model" if step["name"] == "download" else "tokenizer"
+            raise Failure(
+                EXIT_NOT_FOUND,
+                f"{what} directory {path} does not exist or has none of {', '.join(needs)}: "
+                f"check the pvc:// path in spec.model",
+            )
+        log("build", "skip", step=step["name"], reason="local source present", path=str(path))
+        self.records.append({"name": step["name"], "local": str(path), "seconds": 0.0})
+
+    def _output_present(self, step: dict[str, Any]) -> bool:
+        name = step["name"]
+        if name.startswith("download"):
+            out = Path(step["localDir"])
+        elif name in ("convert", "quantize"):
+            out = Path(self.plan["checkpointDir"])
+        else:
+            out = Path(self.plan["engineDir"])
+        return (out / "config.json").is_file() if name != "download-tokenizer" else out.is_dir()
+
+    def _run_tool(self, step: dict[str, Any]) -> list[str]:
+        argv = self._resolve(step)
+        checkpoint = Path(self.plan["checkpointDir"])
+        if step["name"] == "build":
+            assert self.engine_dir is not None
+            needed = dir_size(checkpoint) - dir_size(self.engine_dir)
+            check_free_space(self.engine_dir, needed, "trtllm-build (about the checkpoint's size)")
+        else:
+            needed = dir_size(self.weights_dir) - dir_size(checkpoint)
+            check_free_space(checkpoint, needed, f"{step['name']} (about the weights' size)")
+        log("build", "exec", step=step["name"], argv=argv)
+        result = run_child(argv, capture=True)
+        if result.returncode != 0:
+            if mentions_enospc(result.tail):
+                raise Failure(
+                    EXIT_NO_SPACE,
+                    f"{step['name']} ran out of disk space (exit {result.returncode}): enlarge the "
+                    "model store (spec.storage) or free space on it",
+                )
+            last = next((line for line in reversed(result.tail) if line.strip()), "")
+            raise Failure(
+                EXIT_FAILED,
+                f"{step['name']} failed with exit code {result.returncode}: {last[-500:]}",
+            )
+        return argv
+
+    def _resolve(self, step: dict[str, Any]) -> list[str]:
+        """The step's argv with {converter} / {examples} replaced by paths in this image."""
+        roots = [Path(r) for r in self.plan.get("exampleRoots") or []]
+        argv: list[str] = list(step["argv"])
+        if "{converter}" in argv:
+            example_dir = step.get("exampleDir") or self._example_dir(step)
+            candidates = [
+                root / p.format(dir=example_dir) for root in roots for p in step["converterPaths"]
+            ]
+            script = next((c for c in candidates if c.is_file()), None)
+            if script is None:
+                raise Failure(
+                    EXIT_NOT_FOUND,
+                    f"no convert_checkpoint.py for {example_dir!r} in this image (looked at "
+                    f"{', '.join(map(str, candidates))}): the image lacks TensorRT-LLM's examples "
+                    "(newer TensorRT-LLM removed the engine path; use spec.runtime: llmapi)",
+                )
+            argv = [str(script) if a == "{converter}" else a for a in argv]
+        if any("{examples}" in a for a in argv):
+            rel = step["script"]
+            root = next((r for r in roots if (r / rel).is_file()), None)
+            if root is None:
+                raise Failure(
+                    EXIT_NOT_FOUND,
+                    f"{rel} not found under any of {', '.join(map(str, roots))}: the image lacks "
+                    "TensorRT-LLM's examples",
+                )
+            argv = [a.replace("{examples}", str(root)) for a in argv]
+        return argv
+
+    def _example_dir(self, step: dict[str, Any]) -> str:
+        """architecture auto: map config.json `architectures[0]` through the plan's converters."""
+        cfg = read_json(self.weights_dir / "config.json") or {}
+        archs = cfg.get("architectures") or []
+        arch = archs[0] if archs else cfg.get("model_type", "<none>")
+        converters: dict[str, str] = step.get("converters") or {}
+        if arch not in converters:
+            raise Failure(
+                EXIT_NO_CONVERTER,
+                f"model architecture {arch!r} ({self.weights_dir}/config.json) has no "
+                "TensorRT-LLM converter known to tritonllm (known: "
+                f"{', '.join(sorted(converters))}): set spec.model.architecture if it is a "
+                "variant of a known one, or use spec.runtime: llmapi",
+            )
+        return converters[arch]
+
+    # --- the result ------------------------------------------------------------------------------
+
+    def _write_artifact(self, seconds: float) -> None:
+        assert self.engine_dir is not None
+        mapping = engine_mapping(self.engine_dir)
+        tp, pp = int(self.plan["tensorParallel"]), int(self.plan["pipelineParallel"])
+        if (mapping.tp, mapping.pp) != (tp, pp):
+            raise Failure(
+                EXIT_MISMATCH,
+                f"the engine in {self.engine_dir} has tp={mapping.tp} pp={mapping.pp} in its "
+                f"config.json but the plan asked for tp={tp} pp={pp}",
+            )
+        missing = [
+            f"rank{r}.engine"
+            for r in range(mapping.world_size)
+            if not (self.engine_dir / f"rank{r}.engine").is_file()
+        ]
+        if missing:
+            raise Failure(
+                EXIT_MISMATCH,
+                f"the engine in {self.engine_dir} is incomplete: missing {', '.join(missing)}",
+            )
+        product = gpu_product()
+        requested = self.plan.get("gpuProduct")
+        if product and requested and product_label(product) != requested:
+            log("build", "warning", message=f"built on {product!r}, but the plan asks for "
+                f"{requested!r}: the engine is tuned for the build GPU")
+        artifact = {
+            "schema": ARTIFACT_SCHEMA,
+            "engineKey": self.key,
+            "trtllmVersion": self.trtllm_version,
+            "engineConfigVersion": mapping.version,
+            "tensorParallel": mapping.tp,
+            "pipelineParallel": mapping.pp,
+            "worldSize": mapping.world_size,
+            "gpuProduct": product,
+            "gpuProductRequested": requested,
+            "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(seconds, 1),
+            "steps": self.records,
+        }
+        write_json_atomic(self.engine_dir / ARTIFACT, artifact)
+        log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
+            pp=mapping.pp, trtllmVersion=self.trtllm_version)
+
+
+def _workers(argv: list[str]) -> int:
+    """trtllm-build --workers N (1 when absent): how many GPUs it builds ranks on."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--workers":
+            return int(argv[i + 1])
+    return 1

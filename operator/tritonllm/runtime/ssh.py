@@ -1,0 +1,348 @@
+"""Multi-node bootstrap for mpirun across the pods of a LeaderWorkerSet group, without `pods/exec`.
+
+The upstream recipes start remote ranks with `kubectl exec` as mpirun's remote shell, which needs a
+ServiceAccount allowed to `create pods/exec`: in practice the right to run any command in any pod of
+the namespace. Here mpirun uses plain OpenSSH instead, scoped to one deployment:
+
+- The operator creates one Secret per deployment (`<name>-mpi-ssh`, keys in SECRET_KEYS, made by
+  `generate_secret_data`): a client key pair and a host key pair. Only that deployment's pods
+  mount it; no ServiceAccount token or RBAC is involved.
+- Workers run sshd as the pod's own user (no root needed, no extra capability), in the foreground,
+  on a high port (plan `ssh.port`), with a config written at start into a private temporary
+  directory: public-key login only, for that one user, with the deployment's client key (marked
+  `restrict`: no forwarding, no pty), no passwords, no forwarding of any kind.
+- The leader pins the workers' host key (from the Secret), so it only talks to this deployment's
+  workers, waits until every worker's sshd answers with an SSH banner, and runs mpirun with
+  `--host leader:slots,worker1:slots,...` and OpenSSH as `plm_rsh_agent`. Tree spawn is off, so
+  only the leader ever opens SSH connections.
+- Open MPI's own daemons (orted) then connect back to the leader over the pod network.
+
+Sessions started by sshd get a clean environment, but ranks need the container's (PATH to orted,
+LD_LIBRARY_PATH to CUDA/TensorRT, NCCL_*/OMPI_* settings from the pod spec): the worker passes its
+own environment into sessions with sshd's SetEnv, leaving out credentials (anything named like a
+token, secret, password or key).
+
+Worker hostnames follow the LeaderWorkerSet naming: the leader is `<lws>-<group>` and the workers
+`<lws>-<group>-<index>` (index 1..size-1) under the same headless-service subdomain, so they are
+derived from LWS_LEADER_ADDRESS (`<lws>-<group>.<service>.<namespace>`) and LWS_GROUP_SIZE, both
+injected by LWS into every pod of the group.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from .common import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    EXIT_MISMATCH,
+    EXIT_NOT_FOUND,
+    EXIT_TIMEOUT,
+    Failure,
+    log,
+)
+
+CLIENT_KEY = "id_ed25519"
+CLIENT_PUB = "id_ed25519.pub"
+HOST_KEY = "ssh_host_ed25519_key"
+HOST_PUB = "ssh_host_ed25519_key.pub"
+SECRET_KEYS = (CLIENT_KEY, CLIENT_PUB, HOST_KEY, HOST_PUB)
+
+ENV_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+ENV_GROUP_SIZE = "LWS_GROUP_SIZE"
+
+# Environment variables never copied into SSH sessions.
+SESSION_SPECIFIC = {
+    "HOME", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "USER", "LOGNAME", "SHELL", "MAIL",
+}
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY")
+
+
+# --- the Secret (operator side) ---------------------------------------------------------------
+
+
+def generate_secret_data(comment: str = "tritonllm-mpi") -> dict[str, str]:
+    """Fresh key pairs for one deployment's `<name>-mpi-ssh` Secret (stringData), via ssh-keygen.
+
+    ed25519 keys in OpenSSH format, readable by every OpenSSH in Triton images.
+    """
+    keygen = shutil.which("ssh-keygen")
+    if keygen is None:
+        raise Failure(EXIT_NOT_FOUND, "ssh-keygen not found: install openssh-client")
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="tritonllm-keygen-") as tmp:
+        for name in (CLIENT_KEY, HOST_KEY):
+            path = Path(tmp) / name
+            subprocess.run(
+                [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                check=True,
+                capture_output=True,
+            )
+            out[name] = path.read_text()
+            out[f"{name}.pub"] = Path(f"{path}.pub").read_text()
+    return out
+
+
+# --- shared -------------------------------------------------------------------------------------
+
+
+def current_user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError as exc:
+        raise Failure(
+            EXIT_INVALID,
+            f"UID {os.getuid()} has no /etc/passwd entry in this image, and ssh/sshd need a "
+            "named user: set spec.podTemplate.runAsUser to a user of the image (NGC Triton "
+            "images: 0 or 1000)",
+        ) from exc
+
+
+def _private_copy(src: Path, dst: Path) -> None:
+    """Copy a key out of the Secret volume: OpenSSH wants 0600 files owned by the user."""
+    try:
+        data = src.read_bytes()
+    except FileNotFoundError as exc:
+        raise Failure(
+            EXIT_NOT_FOUND,
+            f"{src} is missing: the MPI SSH Secret must hold {', '.join(SECRET_KEYS)}",
+        ) from exc
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _public_key(path: Path) -> str:
+    """'<type> <base64>' of an OpenSSH public key file (comment dropped)."""
+    try:
+        parts = path.read_text().split()
+    except FileNotFoundError as exc:
+        raise Failure(EXIT_NOT_FOUND, f"{path} is missing from the MPI SSH Secret") from exc
+    if len(parts) < 2:
+        raise Failure(EXIT_INVALID, f"{path} is not an OpenSSH public key")
+    return f"{parts[0]} {parts[1]}"
+
+
+# --- worker: sshd ---------------------------------------------------------------------------------
+
+
+def session_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The container environment to give SSH sessions (ranks), without session data or secrets."""
+    out = {}
+    for name, value in sorted(env.items()):
+        upper = name.upper()
+        if name in SESSION_SPECIFIC or upper.startswith("SSH_"):
+            continue
+        if any(word in upper for word in SECRET_WORDS):
+            continue
+        if any(ch in value for ch in '"\\\n'):
+            continue  # cannot be quoted for SetEnv
+        out[name] = value
+    return out
+
+
+def sshd_config(*, port: int, workdir: Path, user: str, env: Mapping[str, str]) -> str:
+    lines = [
+        f"Port {port}",
+        f"HostKey {workdir / HOST_KEY}",
+        f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
+        f"PidFile {workdir / 'sshd.pid'}",
+        f"AllowUsers {user}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "ChallengeResponseAuthentication no",
+        "PermitEmptyPasswords no",
+        "PermitRootLogin prohibit-password",
+        "UsePAM no",
+        # The key files are ours (0600 in a 0700 mkdtemp directory), but /tmp is world-writable,
+        # which StrictModes would reject.
+        "StrictModes no",
+        "AllowTcpForwarding no",
+        "AllowStreamLocalForwarding no",
+        "AllowAgentForwarding no",
+        "X11Forwarding no",
+        "PermitTunnel no",
+        "PermitTTY no",
+        "GatewayPorts no",
+        "PermitUserEnvironment no",
+        "PrintMotd no",
+        "ClientAliveInterval 30",
+        "ClientAliveCountMax 4",
+        "LogLevel INFO",
+    ]
+    pairs = " ".join(f'{k}="{v}"' for k, v in session_env(env).items())
+    if pairs:
+        lines.append(f"SetEnv {pairs}")
+    return "\n".join(lines) + "\n"
+
+
+def find_sshd() -> str:
+    # sshd must be started by absolute path (it re-executes itself).
+    for candidate in (shutil.which("sshd"), "/usr/sbin/sshd"):
+        if candidate and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    raise Failure(
+        EXIT_NOT_FOUND,
+        "sshd not found in this image: multi-node serving needs OpenSSH's server in spec.image "
+        "(e.g. a derived image with `apt-get install -y openssh-server`; see docs/in-pod.md)",
+    )
+
+
+def prepare_sshd(port: int, key_dir: Path, workdir: Path) -> list[str]:
+    """Write sshd's files into `workdir`; returns the sshd command line (foreground, log to
+    stderr)."""
+    sshd = find_sshd()
+    user = current_user()
+    _private_copy(key_dir / HOST_KEY, workdir / HOST_KEY)
+    auth = workdir / "authorized_keys"
+    fd = os.open(auth, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"restrict {_public_key(key_dir / CLIENT_PUB)} tritonllm-mpi\n")
+    config = workdir / "sshd_config"
+    config.write_text(sshd_config(port=port, workdir=workdir, user=user, env=os.environ))
+    if os.geteuid() == 0:
+        # Root sshd chroots its privilege-separated child into /run/sshd (made by init scripts,
+        # which do not run in containers).
+        Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+    return [sshd, "-D", "-e", "-f", str(config)]
+
+
+# --- leader: hosts and the remote-shell agent --------------------------------------------------
+
+
+def worker_hosts(env: Mapping[str, str], nodes: int) -> list[str]:
+    """DNS names of the group's workers, from the variables LeaderWorkerSet injects."""
+    leader = env.get(ENV_LEADER_ADDRESS)
+    size = env.get(ENV_GROUP_SIZE)
+    if not leader or not size:
+        raise Failure(
+            EXIT_INVALID,
+            f"{ENV_LEADER_ADDRESS} and {ENV_GROUP_SIZE} are not set: leader mode runs in a "
+            "LeaderWorkerSet pod",
+        )
+    if int(size) != nodes:
+        raise Failure(
+            EXIT_MISMATCH,
+            f"the LeaderWorkerSet group has {size} pods but the plan needs {nodes} "
+            "(world size / GPUs per node)",
+        )
+    first, _, rest = leader.partition(".")
+    suffix = f".{rest}" if rest else ""
+    return [f"{first}-{i}{suffix}" for i in range(1, nodes)]
+
+
+def probe(host: str, port: int, timeout: float = 3.0) -> str | None:
+    """The address of `host` if an SSH server answers on `port` there, else None."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)  # IPv4 first
+    for family, kind, proto, _name, addr in infos:
+        try:
+            with socket.socket(family, kind, proto) as s:
+                s.settimeout(timeout)
+                s.connect(addr)
+                banner = s.recv(256)
+        except OSError:
+            continue
+        if banner.startswith(b"SSH-"):
+            # IPv6 literals cannot go into mpirun's host:slots syntax; keep the name then.
+            return str(addr[0]) if family == socket.AF_INET else host
+    return None
+
+
+def wait_for_workers(
+    hosts: list[str],
+    port: int,
+    timeout: float,
+    *,
+    check: Callable[[str, int], str | None] | None = None,
+    interval: float = 1.0,
+) -> list[str]:
+    """Wait until every worker's sshd answers; returns their addresses in `hosts` order.
+
+    `check` defaults to `probe` (looked up at call time).
+    """
+    check = check or probe
+    found: dict[str, str] = {}
+    start = time.monotonic()
+    last_report = start
+    while True:
+        for host in hosts:
+            if host not in found:
+                addr = check(host, port)
+                if addr:
+                    found[host] = addr
+                    log("launch", "worker-ready", host=host, address=addr)
+        pending = [h for h in hosts if h not in found]
+        if not pending:
+            return [found[h] for h in hosts]
+        now = time.monotonic()
+        if now - start >= timeout:
+            raise Failure(
+                EXIT_TIMEOUT,
+                f"worker sshd not reachable after {int(timeout)}s: "
+                f"{', '.join(f'{h}:{port}' for h in pending)} (check those pods' logs and any "
+                "NetworkPolicy between the group's pods)",
+            )
+        if now - last_report >= 10:
+            log("launch", "waiting", what="workers", pending=pending,
+                seconds=int(now - start))
+            last_report = now
+        time.sleep(interval)
+
+
+def rsh_agent(port: int, key_dir: Path, workdir: Path) -> str:
+    """The `ssh ...` command mpirun uses to start its daemons on the workers."""
+    if shutil.which("ssh") is None:
+        raise Failure(EXIT_NOT_FOUND, "ssh (OpenSSH client) not found in this image")
+    current_user()
+    key = workdir / CLIENT_KEY
+    _private_copy(key_dir / CLIENT_KEY, key)
+    known = workdir / "known_hosts"
+    known.write_text(f"* {_public_key(key_dir / HOST_PUB)}\n")
+    options = {
+        "IdentitiesOnly": "yes",
+        "IdentityAgent": "none",
+        "UserKnownHostsFile": str(known),
+        "GlobalKnownHostsFile": "/dev/null",
+        "StrictHostKeyChecking": "yes",
+        "BatchMode": "yes",
+        "ConnectTimeout": "30",
+        "ServerAliveInterval": "30",
+        "LogLevel": "ERROR",
+    }
+    parts = ["ssh", "-p", str(port), "-i", str(key)]
+    for name, value in options.items():
+        parts += ["-o", f"{name}={value}"]
+    if any(" " in p for p in parts):
+        raise Failure(EXIT_FAILED, f"temporary directory {workdir} has a space in its path")
+    return " ".join(parts)
+
+
+def leader_argv(
+    argv: list[str], *, hosts: list[str], slots: int, agent: str
+) -> list[str]:
+    """The plan's mpirun command with the group's hosts and the SSH agent added."""
+    host_list = ",".join(f"{h}:{slots}" for h in [socket.gethostname(), *hosts])
+    return [
+        argv[0],
+        "--host",
+        host_list,
+        "--mca",
+        "plm_rsh_agent",
+        agent,
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        *argv[1:],
+    ]

@@ -1,0 +1,451 @@
+"""The operator on the real local control plane: apply to Ready, cache, failures, deletion, quiet.
+
+Every test runs `tritonllm run` as a subprocess against the local API server; Jobs and pods
+"run" through kwok stages (Job pods succeed after a short delay, or fail when labelled).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cases import EXAMPLES
+from tests.cluster.operator_harness import (
+    condition,
+    dump,
+    elapsed,
+    events,
+    get_cr,
+    jobs,
+    load_example,
+    prepare_namespace,
+    run_operator,
+    wait_condition,
+    wait_ready,
+)
+from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.testing import wait_for
+
+pytestmark = pytest.mark.cluster
+
+SMALL = {
+    "apiVersion": "tritonllm.io/v1alpha1",
+    "kind": "TritonLLMDeployment",
+    "spec": {
+        "image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+        "model": {"source": "hf://openai-community/gpt2"},
+        "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+    },
+}
+
+
+def small(name: str, namespace: str, **spec: object) -> dict:
+    obj = {
+        **SMALL,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {**SMALL["spec"], **spec},
+    }
+    return obj
+
+
+def _deployment(cluster: LocalCluster, ns: str, name: str) -> dict:
+    return cluster.kubectl_json("get", "deployment", name, "-n", ns)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_reaches_ready(
+    cluster: LocalCluster, namespace: str, tmp_path: Path, path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    obj = load_example(path.stem, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        start = time.monotonic()
+        cluster.apply([obj])
+        ready = wait_ready(cluster, namespace, path.stem, timeout=240)
+        print(f"\n[measure] {path.stem}: apply-to-Ready {elapsed(start)} s")
+    st = ready["status"]
+    assert condition(ready, "Available")["status"] == "True"
+    assert condition(ready, "EngineReady")["status"] == "True"
+    assert condition(ready, "RepositoryReady")["status"] == "True"
+    assert condition(ready, "Degraded")["status"] == "False"
+    assert st["observedGeneration"] == ready["metadata"]["generation"]
+    assert st["readyReplicas"] >= 1 and st["engine"]["key"]
+    assert st["selector"] and st["endpoint"].startswith(f"http://{path.stem}.{namespace}.svc:")
+    table = cluster.kubectl("get", "tllm", path.stem, "-n", namespace).stdout
+    assert "TPXPP" in table.upper() and st["parallelism"] in table
+    engine = cluster.kubectl_json("get", "tllme", st["engine"]["key"], "-n", namespace)
+    assert engine["status"]["state"] == "Ready"
+
+
+def test_same_engine_key_shares_one_build(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("alpha", namespace), small("beta", namespace)])
+        a = wait_ready(cluster, namespace, "alpha")
+        b = wait_ready(cluster, namespace, "beta")
+    assert a["status"]["engine"]["key"] == b["status"]["engine"]["key"]
+    builds = jobs(cluster, namespace, "tritonllm-build-")
+    assert builds == [f"tritonllm-build-{a['status']['engine']['key']}"]
+
+
+def test_delete_and_reapply_reuses_the_engine(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("gamma", namespace)])
+        first = wait_ready(cluster, namespace, "gamma")
+        key = first["status"]["engine"]["key"]
+        cluster.kubectl("delete", "tllm", "gamma", "-n", namespace, "--wait=true")
+        # the garbage collector removes the children, including the build Job
+        wait_for(lambda: not jobs(cluster, namespace), timeout=60, what="children collected")
+        cluster.apply([small("gamma", namespace)])
+        again = wait_ready(cluster, namespace, "gamma")
+    assert jobs(cluster, namespace, "tritonllm-build-") == []  # zero new build Jobs
+    assert again["status"]["engine"]["key"] == key
+    assert again["status"]["engine"]["cached"] is True
+    assert condition(again, "EngineReady")["reason"] == "EngineCached"
+
+
+def test_engine_change_builds_while_the_old_engine_serves(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("delta", namespace)])
+        first = wait_ready(cluster, namespace, "delta")
+        old_key = first["status"]["engine"]["key"]
+        slow = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "8s"}}
+        cluster.apply(
+            [small("delta", namespace, engine={"parallelism": {"tensor": 2}}, podTemplate=slow)]
+        )
+        building = wait_condition(
+            cluster, namespace, "delta", "EngineReady", "False", reason="Building"
+        )
+        # the old pods still serve the old engine while the new one builds
+        assert condition(building, "Available")["status"] == "True"
+        dep = _deployment(cluster, namespace, "delta")
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert labels["tritonllm.io/engine-key"] == old_key
+        done = wait_ready(cluster, namespace, "delta")
+    new_key = done["status"]["engine"]["key"]
+    assert new_key != old_key
+    assert done["status"]["previousEngine"]["key"] == old_key
+    labels = _deployment(cluster, namespace, "delta")["spec"]["template"]["metadata"]["labels"]
+    assert labels["tritonllm.io/engine-key"] == new_key
+    # the old engine stays in the cache for rollback
+    assert cluster.kubectl("get", "tllme", old_key, "-n", namespace, check=False).returncode == 0
+
+
+def test_serving_change_rolls_without_rebuilding(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("eps", namespace)])
+        wait_ready(cluster, namespace, "eps")
+        builds = jobs(cluster, namespace, "tritonllm-build-")
+        before = _deployment(cluster, namespace, "eps")["spec"]["template"]
+        cluster.apply([small("eps", namespace, serving={"maxQueueDelayMicroseconds": 500})])
+        wait_for(
+            lambda: _deployment(cluster, namespace, "eps")["spec"]["template"] != before,
+            timeout=60,
+            what="rollout of the new repository",
+        )
+        wait_ready(cluster, namespace, "eps")
+    assert jobs(cluster, namespace, "tritonllm-build-") == builds
+
+
+def test_replicas_change_only_scales(cluster: LocalCluster, namespace: str, tmp_path: Path) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("zeta", namespace)])
+        wait_ready(cluster, namespace, "zeta")
+        before = _deployment(cluster, namespace, "zeta")
+        repo_jobs = jobs(cluster, namespace, "zeta-repo-")
+        cluster.kubectl("scale", "tllm", "zeta", "-n", namespace, "--replicas=2")
+        ready = wait_for(
+            lambda: (lambda o: o if o["status"].get("readyReplicas") == 2 else None)(
+                get_cr(cluster, namespace, "zeta")
+            ),
+            timeout=60,
+            what="2 ready replicas",
+        )
+    after = _deployment(cluster, namespace, "zeta")
+    assert after["spec"]["replicas"] == 2
+    assert after["spec"]["template"] == before["spec"]["template"]
+    assert jobs(cluster, namespace, "zeta-repo-") == repo_jobs
+    assert ready["status"]["ready"] == "2/2"
+
+
+def test_failed_build_is_degraded_with_the_log_tail(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    fail = {
+        "labels": {"tritonllm.io/fail": "true"},
+        "annotations": {
+            "tritonllm.io/fail-message": "trtllm-build: out of GPU memory",
+            "tritonllm.io/fail-exit-code": "3",
+        },
+    }
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("eta", namespace, podTemplate=fail)])
+        obj = wait_condition(
+            cluster, namespace, "eta", "Degraded", "True", reason="BuildFailed", timeout=180
+        )
+        msg = condition(obj, "Degraded")["message"]
+        assert "out of GPU memory" in msg, dump(obj["status"])
+        key = obj["status"]["engine"]["key"]
+        engine = cluster.kubectl_json("get", "tllme", key, "-n", namespace)
+        assert engine["status"]["attempts"] >= 1
+        reasons = {e["reason"] for e in events(cluster, namespace, "eta")}
+        assert "BuildFailed" in reasons
+        # a spec change (new engine key) starts over
+        cluster.apply([small("eta", namespace, engine={"dtype": "bfloat16"})])
+        fresh = wait_condition(
+            cluster, namespace, "eta", "EngineReady", "False", reason="Building", timeout=60
+        )
+        assert fresh["status"]["engine"]["key"] != key
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("no-secret", "SecretMissing"),
+        ("no-store", "StoreMissing"),
+        ("no-gpu-product", "NoMatchingNodes"),
+    ],
+)
+def test_missing_prerequisites_are_reported_without_building(
+    cluster: LocalCluster, namespace: str, tmp_path: Path, case: str, reason: str
+) -> None:
+    prepare_namespace(cluster, namespace, secret=case != "no-secret", store=case != "no-store")
+    spec: dict = {
+        "model": {
+            "source": "hf://meta-llama/Llama-2-7b-hf",
+            "credentials": {"secretName": "hf-token"},
+        }
+    }
+    if case == "no-gpu-product":
+        spec["gpu"] = {"product": "NVIDIA-B200"}
+    with run_operator(cluster, namespace, tmp_path) as op:
+        cluster.apply([small("theta", namespace, **spec)])
+        obj = wait_condition(cluster, namespace, "theta", "Degraded", "True", reason=reason)
+        writes = op.writes()
+        time.sleep(8)  # several resync periods: no hot loop, no repeated writes
+        assert op.writes() == writes
+        assert op.proc.poll() is None
+    assert jobs(cluster, namespace) == []
+    assert condition(obj, "Progressing")["status"] == "False"
+
+
+def test_invalid_object_that_passed_the_schema_is_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("iota", namespace, image="registry.local/triton:custom")])
+        obj = wait_condition(cluster, namespace, "iota", "Degraded", "True", reason="InvalidSpec")
+    assert "spec.trtllmVersion" in condition(obj, "Degraded")["message"]
+    assert jobs(cluster, namespace) == []
+
+
+def test_steady_state_makes_no_writes(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path, resync=2.0) as op:
+        cluster.apply([small("kappa", namespace)])
+        wait_ready(cluster, namespace, "kappa")
+        time.sleep(3)
+        before = op.writes()
+        reconciles = op.metric("tritonllm_reconciles_total")
+        time.sleep(10)  # at least four resync reconciles
+        assert op.metric("tritonllm_reconciles_total") >= reconciles + 3
+        assert op.writes() == before, op.metrics()
+    print(f"\n[measure] API writes per steady-state reconcile: {op.writes() - before}")
+
+
+def test_spec_is_never_written_and_one_field_manager(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("lam", namespace)])
+        wait_ready(cluster, namespace, "lam")
+    obj = cluster.kubectl_json("get", "tllm", "lam", "-n", namespace, "--show-managed-fields")
+    for entry in obj["metadata"]["managedFields"]:
+        if entry["manager"] == "tritonllm":
+            assert entry.get("subresource") == "status", entry
+            assert "f:spec" not in entry["fieldsV1"]
+    children = cluster.kubectl_json(
+        "get",
+        "deployment,service,configmap",
+        "-n",
+        namespace,
+        "-l",
+        "app.kubernetes.io/managed-by=tritonllm",
+        "--show-managed-fields",
+    )["items"]
+    managers = {
+        e["manager"]
+        for c in children
+        for e in c["metadata"]["managedFields"]
+        if e["operation"] == "Apply"
+    }
+    assert managers == {"tritonllm"}
+
+
+def test_autoscaled_replicas_are_left_to_the_hpa(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply(
+            [
+                small(
+                    "mu",
+                    namespace,
+                    autoscaling={
+                        "minReplicas": 1,
+                        "maxReplicas": 4,
+                        "metric": "cpu",
+                        "target": "80",
+                    },
+                )
+            ]
+        )
+        wait_ready(cluster, namespace, "mu")
+        hpa = cluster.kubectl_json("get", "hpa", "mu", "-n", namespace)
+        assert hpa["spec"]["scaleTargetRef"]["name"] == "mu"
+        # what an HPA does: scale the Deployment
+        cluster.kubectl("scale", "deployment", "mu", "-n", namespace, "--replicas=3")
+        time.sleep(8)
+        assert _deployment(cluster, namespace, "mu")["spec"]["replicas"] == 3
+
+
+def test_deletion_collects_children_and_keeps_engines_and_store(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("nu", namespace)])
+        obj = wait_ready(cluster, namespace, "nu")
+        assert not obj["metadata"].get("finalizers")  # none needed with the Retain policy
+        cluster.kubectl("delete", "tllm", "nu", "-n", namespace, "--timeout=60s")
+
+        def gone() -> bool:
+            left = cluster.kubectl_json(
+                "get",
+                "deployment,service,configmap,job",
+                "-n",
+                namespace,
+                "-l",
+                "app.kubernetes.io/instance=nu",
+            )
+            return not left["items"]
+
+        wait_for(gone, timeout=90, what="children garbage-collected")
+    key = obj["status"]["engine"]["key"]
+    assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode == 0
+    assert (
+        cluster.kubectl(
+            "get", "pvc", "tritonllm-model-store", "-n", namespace, check=False
+        ).returncode
+        == 0
+    )
+
+
+def test_retention_delete_forgets_unused_engines_and_never_blocks(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("xi", namespace, storage={"engineRetention": "Delete"})])
+        obj = wait_ready(cluster, namespace, "xi")
+        assert obj["metadata"].get("finalizers")
+        cluster.kubectl("delete", "tllm", "xi", "-n", namespace, "--timeout=90s")
+    key = obj["status"]["engine"]["key"]
+    assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode != 0
+
+
+def test_deletion_is_never_blocked_when_the_operator_is_gone(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Documented escape hatch: without an operator, removing the finalizer deletes the object."""
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("omi", namespace, storage={"engineRetention": "Delete"})])
+        wait_ready(cluster, namespace, "omi")
+    cluster.kubectl("delete", "tllm", "omi", "-n", namespace, "--wait=false")
+    cluster.kubectl(
+        "patch",
+        "tllm",
+        "omi",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"metadata":{"finalizers":null}}',
+    )
+    wait_for(
+        lambda: cluster.kubectl("get", "tllm", "omi", "-n", namespace, check=False).returncode != 0,
+        timeout=30,
+        what="deleted",
+    )
+
+
+def test_two_operator_replicas_never_duplicate_work(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    cluster.apply(
+        [
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "KopfPeering",
+                "metadata": {"name": "tritonllm", "namespace": namespace},
+            }
+        ]
+    )
+    with (
+        run_operator(cluster, namespace, tmp_path, peering="tritonllm", tag="a") as a,
+        run_operator(cluster, namespace, tmp_path, peering="tritonllm", tag="b") as b,
+    ):
+        time.sleep(3)  # peers see each other; the lower-priority one pauses
+        cluster.apply([small("pi", namespace), small("rho", namespace)])
+        wait_ready(cluster, namespace, "pi")
+        wait_ready(cluster, namespace, "rho")
+        time.sleep(6)
+        status_writes = [
+            op.metric("tritonllm_api_calls_total", verb="apply", kind="TritonLLMDeployment/status")
+            for op in (a, b)
+        ]
+    assert len(jobs(cluster, namespace, "tritonllm-build-")) == 1
+    # only one replica acted
+    assert sorted(w > 0 for w in status_writes) == [False, True], status_writes
+
+
+def test_operator_metrics_and_health(cluster: LocalCluster, namespace: str, tmp_path: Path) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path) as op:
+        cluster.apply([small("sigma", namespace)])
+        wait_ready(cluster, namespace, "sigma")
+        text = op.metrics()
+        assert op.healthy()
+    for name in (
+        "tritonllm_reconciles_total",
+        "tritonllm_reconcile_duration_seconds",
+        "tritonllm_engine_builds_total",
+        "tritonllm_deployments",
+    ):
+        assert name in text, name
+    assert op.metric("tritonllm_engine_builds_total", result="succeeded") >= 1
+    assert op.metric("tritonllm_deployments", condition="Available", status="True") == 1
+    logs = op.logs()
+    assert f"{namespace}" in logs
