@@ -1,3 +1,3 @@
-"""tritonllm: a Kubernetes operator that turns a TritonLLMDeployment into a running Triton endpoint."""
+"""tritonllm: a Kubernetes operator that turns a TritonLLMDeployment into a Triton endpoint."""
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ VERBS: dict[str, str] = {
     "build": "tritonllm.cli.build",
     "launch": "tritonllm.cli.launch",
     "cluster": "tritonllm.cluster.cli",
+    "demo": "tritonllm.cli.demo",
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
-from tritonllm.render import Rendered, RenderOptions, render_all
+from tritonllm.render import Rendered, RenderOptions, render_all, validate
 
 from .yamlio import dump_all, load_all
 
@@ -59,6 +59,10 @@ def render_documents(
             dep = parse_deployment(doc)
         except InvalidDeployment as exc:
             errors += [f"{where}: {e}" for e in exc.errors]
+            continue
+        problems = validate(dep)
+        if problems:
+            errors += [f"{where}: {e}" for e in problems]
             continue
         results.append(render_all(dep, opts))
     return results, errors

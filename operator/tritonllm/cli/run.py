@@ -7,8 +7,8 @@ TRITONLLM_* environment variables (tritonllm.api.settings), with flags overridin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import asyncio
+import contextlib
 import os
 import sys
 

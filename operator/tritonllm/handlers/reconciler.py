@@ -20,7 +20,7 @@ from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, par
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
-from tritonllm.render import Rendered, RenderOptions, naming, render_all
+from tritonllm.render import Rendered, RenderOptions, naming, render_all, validate
 from tritonllm.render.serving import is_multi_node
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -99,6 +99,9 @@ class Reconciler:
         now = dt.datetime.now(dt.UTC)
         try:
             dep = parse_deployment(body)
+            problems = validate(dep)
+            if problems:
+                raise InvalidDeployment(problems)
         except InvalidDeployment as exc:
             logger.warning("invalid spec: %s", exc)
             await self._execute(body, None, plan_invalid(body, exc, Observed(now=now)), logger)

@@ -9,15 +9,21 @@ import json
 from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.deployment import FieldError, TritonLLMDeployment
 from tritonllm.triton.build import build_gpus, build_plan, download_plan
 from tritonllm.triton.launch import LaunchSpec, mpirun_argv
-from tritonllm.triton.repository import render_repository
+from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
 from . import jobs, naming, serving, store
 from .pod import RenderOptions
 
-__all__ = ["RenderOptions", "Rendered", "render_all"]
+__all__ = ["RenderOptions", "Rendered", "render_all", "validate"]
+
+
+def validate(dep: TritonLLMDeployment) -> list[FieldError]:
+    """Problems only the renderers can see (on top of parse_deployment's): fields whose values
+    depend on the image's template set, such as serving.extraParameters."""
+    return extra_parameter_problems(dep)
 
 
 @dataclasses.dataclass(frozen=True)

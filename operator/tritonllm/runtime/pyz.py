@@ -29,7 +29,8 @@ MODULES = (
     "cli/launch.py",
     "runtime/*.py",
 )
-ENTRY_POINT = "tritonllm.cli.main:main"
+# zipapp's own `main=` discards the return value; the exit code is the contract, so keep it.
+MAIN = "import sys\n\nfrom tritonllm.cli.main import main\n\nsys.exit(main())\n"
 
 
 def build_pyz(out: Path) -> Path:
@@ -44,10 +45,11 @@ def build_pyz(out: Path) -> Path:
                 dst = stage / "tritonllm" / src.relative_to(PACKAGE_ROOT)
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
+        (stage / "__main__.py").write_text(MAIN)
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(f".{out.name}.tmp")
         zipapp.create_archive(
-            stage, partial, interpreter="/usr/bin/env python3", main=ENTRY_POINT, compressed=True
+            stage, partial, interpreter="/usr/bin/env python3", compressed=True
         )
         partial.replace(out)
     return out

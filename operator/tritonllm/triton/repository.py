@@ -17,13 +17,12 @@ docs/model-repository.md maps each spec field to the parameter it sets.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.deployment import FieldError, TritonLLMDeployment
 from tritonllm.api.spec import TritonLLMDeploymentSpec
 from tritonllm.api.versions import TrtllmVersion
 
@@ -47,35 +46,73 @@ _TRITON_DTYPE = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32"}
 # Used to check serving.extraParameters against what the image's backend knows.
 _V = TrtllmVersion
 _TRT_PARAMETERS: tuple[tuple[str, TrtllmVersion | None, TrtllmVersion | None], ...] = (
-    *((k, None, None) for k in (
-        "max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type", "gpt_model_path",
-        "max_tokens_in_paged_kv_cache", "max_attention_window_size", "batch_scheduler_policy",
-        "kv_cache_free_gpu_mem_fraction", "exclude_input_in_output", "enable_kv_cache_reuse",
-        "normalize_log_probs", "enable_chunked_context", "gpu_device_ids", "decoding_mode",
-        "medusa_choices", "lora_cache_optimal_adapter_size", "lora_cache_max_adapter_size",
-        "lora_cache_gpu_memory_fraction", "lora_cache_host_memory_bytes",
-    )),
+    *(
+        (k, None, None)
+        for k in (
+            "max_beam_width",
+            "FORCE_CPU_ONLY_INPUT_TENSORS",
+            "gpt_model_type",
+            "gpt_model_path",
+            "max_tokens_in_paged_kv_cache",
+            "max_attention_window_size",
+            "batch_scheduler_policy",
+            "kv_cache_free_gpu_mem_fraction",
+            "exclude_input_in_output",
+            "enable_kv_cache_reuse",
+            "normalize_log_probs",
+            "enable_chunked_context",
+            "gpu_device_ids",
+            "decoding_mode",
+            "medusa_choices",
+            "lora_cache_optimal_adapter_size",
+            "lora_cache_max_adapter_size",
+            "lora_cache_gpu_memory_fraction",
+            "lora_cache_host_memory_bytes",
+        )
+    ),
     ("worker_path", None, _V("0.10.0")),
     ("enable_trt_overlap", None, _V("0.10.0")),
-    *((k, _V("0.10.0"), None) for k in (
-        "executor_worker_path", "iter_stats_max_iterations", "request_stats_max_iterations",
-        "cancellation_check_period_ms", "stats_check_period_ms", "kv_cache_onboard_blocks",
-        "gpu_weights_percent", "kv_cache_host_memory_bytes", "sink_token_length",
-    )),
+    *(
+        (k, _V("0.10.0"), None)
+        for k in (
+            "executor_worker_path",
+            "iter_stats_max_iterations",
+            "request_stats_max_iterations",
+            "cancellation_check_period_ms",
+            "stats_check_period_ms",
+            "kv_cache_onboard_blocks",
+            "gpu_weights_percent",
+            "kv_cache_host_memory_bytes",
+            "sink_token_length",
+        )
+    ),
     ("encoder_model_path", _V("0.11.0"), None),
     ("enable_context_fmha_fp32_acc", _V("0.12.0"), None),
     ("multi_block_mode", _V("0.12.0"), None),
     ("participant_ids", _V("0.13.0"), None),
     ("cross_kv_cache_fraction", _V("0.14.0"), None),
-    *((k, _V("0.15.0"), None) for k in (
-        "cuda_graph_mode", "cuda_graph_cache_size", "speculative_decoding_fast_logits",
-    )),
+    *(
+        (k, _V("0.15.0"), None)
+        for k in (
+            "cuda_graph_mode",
+            "cuda_graph_cache_size",
+            "speculative_decoding_fast_logits",
+        )
+    ),
     ("eagle_choices", _V("0.16.0"), None),
-    *((k, _V("0.19.0"), None) for k in (
-        "guided_decoding_backend", "xgrammar_tokenizer_info_path", "lora_prefetch_dir",
-        "num_nodes", "tokenizer_dir", "lookahead_window_size", "lookahead_ngram_size",
-        "lookahead_verification_set_size",
-    )),
+    *(
+        (k, _V("0.19.0"), None)
+        for k in (
+            "guided_decoding_backend",
+            "xgrammar_tokenizer_info_path",
+            "lora_prefetch_dir",
+            "num_nodes",
+            "tokenizer_dir",
+            "lookahead_window_size",
+            "lookahead_ngram_size",
+            "lookahead_verification_set_size",
+        )
+    ),
 )
 
 
@@ -102,9 +139,7 @@ def dtypes_for(spec: TritonLLMDeploymentSpec, f: Features) -> Dtypes:
     )
 
 
-def _spec_parameters(
-    spec: TritonLLMDeploymentSpec, f: Features, engine_dir: str
-) -> dict[str, str]:
+def _spec_parameters(spec: TritonLLMDeploymentSpec, f: Features, engine_dir: str) -> dict[str, str]:
     serving = spec.serving
     params = {
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -136,7 +171,7 @@ def tensorrt_llm_parameters(
     return {**_spec_parameters(spec, f, engine_dir), **spec.serving.extraParameters}
 
 
-def extra_parameter_problems(dep: TritonLLMDeployment) -> list[str]:
+def extra_parameter_problems(dep: TritonLLMDeployment) -> list[FieldError]:
     """Why serving.extraParameters cannot be rendered for this image (empty when it can).
 
     A key the backend does not read would be ignored silently (and makes upstream's
@@ -145,21 +180,29 @@ def extra_parameter_problems(dep: TritonLLMDeployment) -> list[str]:
     spec = dep.spec
     if spec.runtime != "engine":
         return [
-            f"spec.serving.extraParameters.{k}: runtime llmapi has no tensorrt_llm backend "
-            "parameters; remove it" for k in spec.serving.extraParameters
+            FieldError(
+                f"spec.serving.extraParameters.{k}",
+                "runtime llmapi has no tensorrt_llm backend parameters; remove it",
+            )
+            for k in spec.serving.extraParameters
         ]
     f = features_for(dep.trtllm_version)
     known = tensorrt_llm_parameter_keys(f)
     owned = _spec_parameters(spec, f, "")
-    problems = []
+    problems: list[FieldError] = []
     for key in spec.serving.extraParameters:
         field = f"spec.serving.extraParameters.{key}"
         if key in owned:
-            problems.append(f"{field}: set by the spec itself; use the corresponding spec field")
+            problems.append(
+                FieldError(field, "set by the spec itself; use the corresponding spec field")
+            )
         elif key not in known:
             problems.append(
-                f"{field}: the tensorrt_llm backend of TensorRT-LLM {f.version} does not read "
-                f"this parameter; check its spelling against the image's template"
+                FieldError(
+                    field,
+                    f"the tensorrt_llm backend of TensorRT-LLM {f.version} does not read "
+                    "this parameter; check its spelling against the image's template",
+                )
             )
     return problems
 
@@ -250,9 +293,13 @@ def _engine_repository(
     trust = _flag(spec.model.trustRemoteCode)
 
     pre = _config(
-        PREPROCESSING, models.preprocessing, max_batch_size=mbs, backend="python",
+        PREPROCESSING,
+        models.preprocessing,
+        max_batch_size=mbs,
+        backend="python",
         dynamic_batching=_batcher(spec, queue_size=True)
-        if f.preprocessing_dynamic_batching else None,
+        if f.preprocessing_dynamic_batching
+        else None,
         instances=serving.instances.preprocessing,
         parameters={
             "tokenizer_dir": tokenizer_dir,
@@ -261,14 +308,20 @@ def _engine_repository(
         },
     )
     trt = _config(
-        TENSORRT_LLM, models.tensorrt_llm, max_batch_size=mbs, backend="tensorrtllm",
+        TENSORRT_LLM,
+        models.tensorrt_llm,
+        max_batch_size=mbs,
+        backend="tensorrtllm",
         decoupled=serving.streaming,
         dynamic_batching=_batcher(spec, queue_size=f.tensorrt_llm_queue_size),
         instances=1,
         parameters=tensorrt_llm_parameters(spec, f, engine_dir),
     )
     post = _config(
-        POSTPROCESSING, models.postprocessing, max_batch_size=mbs, backend="python",
+        POSTPROCESSING,
+        models.postprocessing,
+        max_batch_size=mbs,
+        backend="python",
         dynamic_batching={} if f.postprocessing_dynamic_batching else None,
         instances=serving.instances.postprocessing,
         parameters={
@@ -278,16 +331,23 @@ def _engine_repository(
         },
     )
     ensemble = _config(
-        ENSEMBLE, models.ensemble, max_batch_size=mbs, platform="ensemble",
-        extra={"ensemble_scheduling": {"step": [
-            {
-                "model_name": s.model,
-                "model_version": -1,
-                "input_map": [{"key": k, "value": v} for k, v in s.input_map.items()],
-                "output_map": [{"key": k, "value": v} for k, v in s.output_map.items()],
+        ENSEMBLE,
+        models.ensemble,
+        max_batch_size=mbs,
+        platform="ensemble",
+        extra={
+            "ensemble_scheduling": {
+                "step": [
+                    {
+                        "model_name": s.model,
+                        "model_version": -1,
+                        "input_map": [{"key": k, "value": v} for k, v in s.input_map.items()],
+                        "output_map": [{"key": k, "value": v} for k, v in s.output_map.items()],
+                    }
+                    for s in models.steps
+                ]
             }
-            for s in models.steps
-        ]}},
+        },
     )
     files = {
         f"{PREPROCESSING}/config.pbtxt": _dump(pre, f),
@@ -302,13 +362,19 @@ def _engine_repository(
     if serving.bls:
         # The BLS runs the ensemble's own steps (passed as JSON), so the two cannot drift.
         pipeline = json.dumps(
-            [{"model": s.model, "inputs": s.input_map, "outputs": s.output_map}
-             for s in models.steps],
+            [
+                {"model": s.model, "inputs": s.input_map, "outputs": s.output_map}
+                for s in models.steps
+            ],
             separators=(",", ":"),
         )
         bls = _config(
-            BLS, models.ensemble, max_batch_size=mbs, backend="python",
-            decoupled=serving.streaming, instances=serving.instances.bls,
+            BLS,
+            models.ensemble,
+            max_batch_size=mbs,
+            backend="python",
+            decoupled=serving.streaming,
+            instances=serving.instances.bls,
             parameters={"pipeline": pipeline},
         )
         files[f"{BLS}/config.pbtxt"] = _dump(bls, f)
@@ -344,9 +410,9 @@ def yaml_dump(data: Mapping[str, Any], indent: int = 0) -> str:
     return "".join(lines)
 
 
-def llmapi_config(spec: TritonLLMDeploymentSpec, model_dir: str, tokenizer_dir: str) -> dict[
-    str, Any
-]:
+def llmapi_config(
+    spec: TritonLLMDeploymentSpec, model_dir: str, tokenizer_dir: str
+) -> dict[str, Any]:
     """model.yaml as data: every key but triton_config is a ``tensorrt_llm.LLM()`` argument."""
     limits = spec.engine.limits
     kv = spec.serving.kvCache
@@ -385,8 +451,12 @@ def _llmapi_repository(
     # max_batch_size and decoupled are written here too, not only in model.yaml: the launcher
     # passes --disable-auto-complete-config, which would ignore model.yaml's triton_config.
     cfg = _config(
-        TENSORRT_LLM, LLMAPI_CONTRACT, max_batch_size=0, backend="python",
-        decoupled=spec.serving.streaming, instances=1,
+        TENSORRT_LLM,
+        LLMAPI_CONTRACT,
+        max_batch_size=0,
+        backend="python",
+        decoupled=spec.serving.streaming,
+        instances=1,
     )
     return {
         f"{TENSORRT_LLM}/config.pbtxt": _dump(cfg, f),
@@ -411,30 +481,8 @@ def render_repository(
     """
     problems = extra_parameter_problems(dep)
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ValueError("; ".join(str(p) for p in problems))
     f = features_for(dep.trtllm_version)
     if dep.spec.runtime == "llmapi":
         return _llmapi_repository(dep, f, engine_dir, tokenizer_dir)
     return _engine_repository(dep, f, engine_dir, tokenizer_dir)
-
-
-def repository_key(dep: TritonLLMDeployment, engine_key: str) -> str:
-    """A stable 12-hex-digit key of everything that changes the repository's files.
-
-    The files are rendered with stand-in directories derived from `engine_key` and the tokenizer
-    settings, so the key covers every spec field, version feature and model source that reaches
-    a file, and nothing else (replicas, autoscaling and pod settings do not change it).
-    """
-    spec = dep.spec
-    tokenizer = json.dumps(
-        {"source": spec.model.source, "revision": spec.model.revision,
-         "tokenizer": spec.model.tokenizer.model_dump(mode="json")},
-        sort_keys=True,
-    )
-    files = render_repository(
-        dep, engine_dir=f"<engine {engine_key}>", tokenizer_dir=f"<tokenizer {tokenizer}>"
-    )
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.encode() + b"\0" + files[path].encode() + b"\0")
-    return digest.hexdigest()[:12]

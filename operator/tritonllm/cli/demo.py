@@ -1,0 +1,118 @@
+"""`tritonllm demo`: the main job, end to end on a local cluster with simulated GPU nodes.
+
+Starts (building on first use) the local control plane, runs the operator against it, applies
+every example in examples/ and shows them converging in a `kubectl get tllm` table until all are
+Ready, then prints apply-to-Ready times. Engine builds and pods are simulated by kwok (no GPU
+here); everything else, from admission to garbage collection, is the real Kubernetes machinery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NAMESPACE = "tritonllm-demo"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("demo", help="local cluster + operator + every example, to Ready")
+    p.add_argument("--examples", default="examples", help="directory of CRs (default: examples)")
+    p.add_argument("--cluster", default="demo", help="local cluster name (default: demo)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for Ready")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the cluster and operator running afterwards")
+    p.set_defaults(func=run)
+
+
+def _ready(item: dict[str, Any]) -> bool:
+    for cond in (item.get("status") or {}).get("conditions") or []:
+        if cond["type"] == "Progressing":
+            return bool(cond["status"] == "False" and cond["reason"] == "Deployed")
+    return False
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from tritonllm.cluster.local import LocalCluster
+
+    examples = sorted(Path(args.examples).glob("*.yaml"))
+    if not examples:
+        print(f"error: no examples in {args.examples}", file=sys.stderr)
+        return 2
+    cluster = LocalCluster(name=args.cluster)
+    print(f"== local cluster '{args.cluster}' (binaries are built and cached on first use)")
+    kubeconfig = cluster.up()
+    print(f"   kubeconfig: {kubeconfig}")
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    cluster.apply([
+        {"apiVersion": "v1", "kind": "Secret",
+         "metadata": {"name": "hf-token", "namespace": NAMESPACE},
+         "stringData": {"HF_TOKEN": "hf_demo_placeholder"}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": "tritonllm-model-store", "namespace": NAMESPACE},
+         "spec": {"accessModes": ["ReadWriteMany"],
+                  "resources": {"requests": {"storage": "2Ti"}}}},
+    ])
+    log_path = cluster.state_dir / "operator.log"
+    print(f"== operator (logs: {log_path})")
+    with log_path.open("ab") as log:
+        operator = subprocess.Popen(
+            [str(Path(sys.executable).with_name("tritonllm")), "run", "--standalone",
+             "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, "--bind-address", "127.0.0.1",
+             "--metrics-port", "0", "--health-port", "0", "--resync-seconds", "5",
+             "--tools-image", "ghcr.io/tritonllm/tritonllm:0.1.0"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        print(f"== applying {len(examples)} examples to namespace {NAMESPACE}")
+        applied: dict[str, float] = {}
+        for path in examples:
+            obj = yaml.safe_load(path.read_text())
+            obj["metadata"]["namespace"] = NAMESPACE
+            cluster.apply([obj])
+            applied[obj["metadata"]["name"]] = time.monotonic()
+        ready_at: dict[str, float] = {}
+        deadline = time.monotonic() + args.timeout
+        tty = sys.stdout.isatty()
+        while time.monotonic() < deadline:
+            items = cluster.kubectl_json("get", "tllm", "-n", NAMESPACE)["items"]
+            for item in items:
+                name = item["metadata"]["name"]
+                if _ready(item) and name not in ready_at:
+                    ready_at[name] = time.monotonic() - applied[name]
+            table = cluster.kubectl("get", "tllm", "-n", NAMESPACE).stdout
+            elapsed = int(time.monotonic() - min(applied.values()))
+            if tty:
+                sys.stdout.write("\033[2J\033[H")
+            print(f"[{elapsed:4d}s] {len(ready_at)}/{len(applied)} Ready\n{table}", flush=True)
+            if len(ready_at) == len(applied):
+                break
+            if operator.poll() is not None:
+                print(f"error: the operator exited ({operator.returncode}); see {log_path}",
+                      file=sys.stderr)
+                return 1
+            time.sleep(2)
+        print("== apply-to-Ready")
+        for name in applied:
+            took = ready_at.get(name)
+            print(f"   {name:28s} {f'{took:.1f} s' if took is not None else 'NOT READY'}")
+        print("== engine cache\n" + cluster.kubectl("get", "tllme", "-n", NAMESPACE).stdout)
+        print(f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,deploy,lws,jobs,svc -n "
+              f"{NAMESPACE}")
+        return 0 if len(ready_at) == len(applied) else 1
+    finally:
+        if args.keep:
+            print(f"Left running (--keep). Stop with: tritonllm cluster down --name {args.cluster}"
+                  f"; kill {operator.pid}")
+        else:
+            os.killpg(operator.pid, signal.SIGTERM)
+            operator.wait(timeout=30)
+            cluster.down()
+            print("== stopped the operator and the cluster")
