@@ -1,0 +1,88 @@
+"""Benchmark of the operator on the local cluster: figures, not pass/fail.
+
+    .venv/bin/python -m bench.operator_bench [--copies N]
+
+Applies every example (and N extra copies of a small deployment) to a fresh namespace, then prints
+apply-to-Ready per object, reconcile latency (from the operator's histogram), API writes per
+steady-state reconcile, and the operator's resident memory with everything applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from tests.cases import EXAMPLES
+from tests.cluster.operator_harness import (
+    load_example,
+    prepare_namespace,
+    run_operator,
+    wait_ready,
+)
+from tritonllm.cluster.local import LocalCluster
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--copies", type=int, default=20, help="extra small deployments")
+    ap.add_argument("--cluster", default="bench")
+    args = ap.parse_args()
+    cluster = LocalCluster(name=args.cluster)
+    started = not cluster.is_running()
+    cluster.up()
+    ns = f"bench-{int(time.time())}"
+    cluster.kubectl("create", "namespace", ns)
+    prepare_namespace(cluster, ns)
+    objs = [load_example(p.stem, ns) for p in EXAMPLES]
+    small = load_example("gpt2-medium", ns)
+    for i in range(args.copies):
+        copy = {**small, "metadata": {"name": f"copy-{i:03d}", "namespace": ns}}
+        objs.append(copy)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, run_operator(
+            cluster, ns, Path(tmp), resync=10.0
+        ) as op:
+            rss_idle = rss_mib(op.proc.pid)
+            t0 = time.monotonic()
+            cluster.apply(objs)
+            times = {}
+            for obj in objs:
+                name = obj["metadata"]["name"]
+                wait_ready(cluster, ns, name, timeout=900)
+                times[name] = time.monotonic() - t0
+            total = time.monotonic() - t0
+            time.sleep(5)
+            writes0 = op.writes()
+            rec0 = op.metric("tritonllm_reconciles_total")
+            time.sleep(25)
+            writes = op.writes() - writes0
+            recs = op.metric("tritonllm_reconciles_total") - rec0
+            dur_sum = op.metric("tritonllm_reconcile_duration_seconds_sum")
+            dur_count = op.metric("tritonllm_reconcile_duration_seconds_count")
+            rss = rss_mib(op.proc.pid)
+        print(f"objects: {len(objs)} ({len(EXAMPLES)} examples + {args.copies} copies)")
+        for p in EXAMPLES:
+            print(f"  apply-to-Ready {p.stem:28s} {times[p.stem]:6.1f} s")
+        print(f"  all {len(objs)} Ready after {total:.1f} s")
+        print(f"reconcile mean duration: {1000 * dur_sum / max(dur_count, 1):.1f} ms "
+              f"over {dur_count:.0f} reconciles")
+        print(f"steady state: {recs:.0f} reconciles, {writes:.0f} API writes "
+              f"({writes / max(recs, 1):.2f} per reconcile)")
+        print(f"operator RSS: {rss_idle:.0f} MiB idle, {rss:.0f} MiB with {len(objs)} objects")
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        if started:
+            cluster.down()
+
+
+if __name__ == "__main__":
+    main()
