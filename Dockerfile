@@ -8,8 +8,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
- && python -m zipapp operator --main "tritonllm.cli.main:main" --output /tritonllm.pyz \
-      --python "/usr/bin/env python3"
+ && PYTHONPATH=operator python -m tritonllm.runtime.pyz --out /tritonllm.pyz
 
 FROM python:3.11-slim
 RUN apt-get update \

@@ -8,12 +8,14 @@ checkpoint/engine config.json with `.pretrained_config.mapping`, rank files), pl
 environment variables (FAKE_*), set per test.
 
 The entry points themselves are real: they run from a freshly built tritonllm.pyz under
-`python -S` (no site-packages: no pydantic, as in a Triton image).
+`python -S` (no site-packages: no pydantic, as in a Triton image). TRITONLLM_POD_PYTHON picks the
+interpreter that runs them (default: the test's own), e.g. a python3.10 like Triton 24.x images.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ import pytest
 
 from tritonllm.runtime.pyz import build_pyz
 
+POD_PYTHON = os.environ.get("TRITONLLM_POD_PYTHON") or sys.executable
 FAKE_TRTLLM_VERSION = "0.13.0"
 GPU_NAME = "NVIDIA H100 80GB HBM3"
 
@@ -123,14 +126,14 @@ time.sleep(float(os.environ.get("FAKE_SSHD_SLEEP", "60")))
 _NVIDIA_SMI = """
 import os, sys
 n = int(os.environ.get("FAKE_GPUS", "0"))
-name = os.environ.get("FAKE_GPU_NAME", "%s")
+name = os.environ.get("FAKE_GPU_NAME", "@GPU_NAME@")
 if "-L" in sys.argv:
     for i in range(n):
         print(f"GPU {i}: {name} (UUID: GPU-fake-{i})")
 else:
     for _ in range(n):
         print(name)
-""" % GPU_NAME
+""".replace("@GPU_NAME@", GPU_NAME)
 
 _HUGGINGFACE_HUB = '''
 """FAKE huggingface_hub: serves a small file list and writes tiny files; records calls."""
@@ -275,7 +278,7 @@ class FakeImage:
     ) -> subprocess.CompletedProcess[str]:
         """Run the real entry point from the zipapp, stdlib only (python -S)."""
         return subprocess.run(
-            [sys.executable, "-S", str(self.pyz), *args],
+            [POD_PYTHON, "-S", str(self.pyz), *args],
             env=env or self.env(),
             capture_output=True,
             text=True,
@@ -285,7 +288,7 @@ class FakeImage:
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-S", str(self.pyz), *args],
+            [POD_PYTHON, "-S", str(self.pyz), *args],
             env=env or self.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

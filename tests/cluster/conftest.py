@@ -11,8 +11,10 @@ runs under that name is reused and left running; one started here is stopped at 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 
@@ -39,17 +41,30 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     """The running local cluster: ``.kubeconfig``, ``.kubectl(*args)``, ``.apply(objs)``..."""
     instance = LocalCluster(name=os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest"))
     started = not instance.is_running()
+    previous = signal.getsignal(signal.SIGTERM)
     if started:
+        # The cluster runs in its own sessions, so a CI runner killing pytest's process group
+        # would leave it behind: turn SIGTERM into KeyboardInterrupt so the teardown below runs.
+        signal.signal(signal.SIGTERM, _interrupt)
         instance.up()
-    yield instance
-    if started:
-        left = instance.down()
-        assert not left, f"cluster processes survived teardown: {left}"
+    try:
+        yield instance
+    finally:
+        if started:
+            left = instance.down()
+            signal.signal(signal.SIGTERM, previous)
+            assert not left, f"cluster processes survived teardown: {left}"
+            strays = instance.stray_processes()
+            assert not strays, f"processes of the test cluster left running: {strays}"
 
 
 @pytest.fixture

@@ -150,19 +150,25 @@ def prepare_namespace(
             }
         )
     if store:
-        objs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "tritonllm-model-store", "namespace": namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteMany"],
-                    "resources": {"requests": {"storage": "100Gi"}},
-                },
-            }
-        )
+        objs += store_objects(namespace)
     if objs:
         cluster.apply(objs)
+
+
+def store_objects(namespace: str, claim: str = "tritonllm-model-store") -> list[dict[str, Any]]:
+    """A claim and a volume pre-bound to it (the local cluster has no storage provisioner)."""
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": f"{namespace}-{claim}"[:63]},
+         "spec": {"capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany"],
+                  "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+                  "hostPath": {"path": f"/tmp/tritonllm-store/{namespace}"},
+                  "claimRef": {"namespace": namespace, "name": claim}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": claim, "namespace": namespace},
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                  "resources": {"requests": {"storage": "100Gi"}}}},
+    ]
 
 
 def get_cr(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:

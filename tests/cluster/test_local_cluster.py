@@ -200,7 +200,7 @@ def test_cli_up_down_is_fast_and_leaves_nothing(cluster: LocalCluster) -> None:
     finally:
         down = _cli("down", "--name", name)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert procs.processes_matching(str(other.state_dir)) == {}
+    assert other.stray_processes() == {}
     assert all(not procs.alive(pid) for pid in pids.values())
     assert _cli("status", "--name", name).returncode == 1
     print(f"warm `tritonllm cluster up`: {elapsed:.1f}s")

@@ -49,7 +49,8 @@ class World:
             for k, v in self.objects.items()
             if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)
         }
-        workload = get("Deployment", self.body["metadata"]["name"])
+        workload = get("Deployment", self.body["metadata"]["name"]) or get(
+            "LeaderWorkerSet", self.body["metadata"]["name"])
         revisions = sorted(
             {
                 o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
@@ -69,6 +70,7 @@ class World:
             repo_revisions=revisions,
             secret_present=self.obs.get("secret_present"),
             gpu_nodes=self.obs.get("gpu_nodes"),
+            mpi_secret_present=self.obs.get("mpi_secret_present"),
         )
 
     def step(self) -> Plan:
@@ -361,3 +363,16 @@ def test_invalid_spec_is_degraded_and_touches_nothing() -> None:
     assert degraded["reason"] == "InvalidSpec"
     assert "spec.engine.parallelism.tensor" in degraded["message"]
     assert degraded["observedGeneration"] == 3
+
+
+def test_multi_node_creates_the_mpi_secret_once_the_repository_is_ready() -> None:
+    w = World({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}},
+               "storage": {"create": {"size": "1Gi"}}}, mpi_secret_present=False)
+    w.obs["mpi_secret_present"] = False
+    p = w.step()
+    assert not p.create_mpi_secret
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    p = w.step()
+    assert p.create_mpi_secret and "LeaderWorkerSet" in kinds(p)

@@ -155,3 +155,23 @@ def test_repository_configmap_holds_every_file_and_the_plans() -> None:
     keys = set(cm["data"])
     assert {p.replace("/", "__") for p in r.repository} <= keys
     assert {"launch.json", "repository.json"} <= keys
+
+
+def test_permanent_build_exit_codes_match_the_runtime() -> None:
+    from tritonllm.render.jobs import PERMANENT_EXIT_CODES
+    from tritonllm.runtime import common
+
+    expected = {common.EXIT_INVALID, common.EXIT_NO_SPACE, common.EXIT_AUTH, common.EXIT_GPUS,
+                common.EXIT_NO_CONVERTER, common.EXIT_MISMATCH, common.EXIT_VERSION,
+                common.EXIT_NOT_FOUND}
+    assert set(PERMANENT_EXIT_CODES) == expected
+    rules = render_all(dep()).build_job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "FailJob"
+
+
+def test_multi_node_pods_mount_the_ssh_keys_outside_the_plan_mount() -> None:
+    r = render_all(dep({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}))
+    lws = r.one("LeaderWorkerSet")
+    mounts = {m["mountPath"] for m in container(lws, template="leaderTemplate")["volumeMounts"]}
+    assert "/etc/tritonllm-ssh" in mounts and c.PLAN_MOUNT in mounts
+    assert r.launch_plan["ssh"]["keyDir"] == "/etc/tritonllm-ssh"

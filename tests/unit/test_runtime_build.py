@@ -162,7 +162,7 @@ def test_build_with_fake_trtllm_tools_runs_the_exact_commands_of_each_example(
 def test_download_only_plan_with_fake_hub_fetches_the_weights_and_needs_no_gpu(
     image: FakeImage,
 ) -> None:
-    rendered, plan = prepared(image, "llmapi-llama3-8b")
+    _, plan = prepared(image, "llmapi-llama3-8b")
     code, log = run_build(image, plan, FAKE_GPUS="0")
     assert code == 0, log
     assert image.commands() == []

@@ -128,7 +128,7 @@ class ModelSource(ApiModel):
     reproducible engines."""
     architecture: ModelArchitecture = "auto"
     """Model family, which picks the checkpoint converter. `auto` reads it from the checkpoint's
-    config.json (`architectures`/`model_type`) at build time."""
+    config.json (`architectures[0]`) at build time."""
     tokenizer: Tokenizer = Field(default_factory=Tokenizer)
     """Tokenizer settings; defaults to the model's own tokenizer."""
     credentials: Credentials | None = None

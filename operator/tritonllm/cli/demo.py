@@ -55,9 +55,15 @@ def run(args: argparse.Namespace) -> int:
         {"apiVersion": "v1", "kind": "Secret",
          "metadata": {"name": "hf-token", "namespace": NAMESPACE},
          "stringData": {"HF_TOKEN": "hf_demo_placeholder"}},
+        # The local cluster has no storage provisioner: a volume pre-bound to the claim.
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": f"{NAMESPACE}-model-store"},
+         "spec": {"capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany"],
+                  "storageClassName": "", "hostPath": {"path": "/tmp/tritonllm-demo-store"},
+                  "claimRef": {"namespace": NAMESPACE, "name": "tritonllm-model-store"}}},
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
          "metadata": {"name": "tritonllm-model-store", "namespace": NAMESPACE},
-         "spec": {"accessModes": ["ReadWriteMany"],
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
                   "resources": {"requests": {"storage": "2Ti"}}}},
     ])
     log_path = cluster.state_dir / "operator.log"

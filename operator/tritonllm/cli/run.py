@@ -65,16 +65,19 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:
+        # kopf logs in through the kubernetes package, which reads KUBECONFIG when it is first
+        # imported (kopf imports it): set it before importing kopf or anything else.
+        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)
     import kopf
     from prometheus_client import start_http_server
 
     settings = settings_from(args)
     os.environ["TRITONLLM_RESYNC_SECONDS"] = str(settings.resync_seconds)
+
     from tritonllm.handlers import logs, operator  # after the environment is set
 
     logs.setup(settings.log_level, settings.log_format)
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     operator.configure(settings, args.kubeconfig)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, addr=settings.bind_address)

@@ -71,6 +71,12 @@ PROCESS_ORDER = (
     "kwok",
     "lws",
 )
+#: Groups stopped one after the other by ``down``.
+STOP_PHASES = (
+    ("lws", "kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kube-apiserver",),
+    ("etcd",),
+)
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 DEFAULT_NAME = "default"
@@ -218,6 +224,16 @@ class LocalCluster:
         """Live processes of this cluster, by component."""
         _, processes = self._load_state()
         return {name: p.pid for name, p in processes.items() if self._ours(p)}
+
+    def stray_processes(self) -> dict[int, list[str]]:
+        """Live processes running a cached binary with arguments inside this state directory."""
+        bin_root = str(cache_root() / "bin") + os.sep
+        needle = str(self.state_dir) + os.sep
+        return {
+            pid: argv
+            for pid, argv in procs.processes_matching(needle).items()
+            if argv[0].startswith(bin_root)
+        }
 
     def server(self) -> str:
         ports, _ = self._load_state()
@@ -373,17 +389,19 @@ class LocalCluster:
     def down(self, *, purge: bool = False) -> list[int]:
         """Stop every process of this cluster; return pids that survived (should be empty)."""
         _, processes = self._load_state()
-        ours = [
-            p for name in reversed(PROCESS_ORDER) if (p := processes.get(name)) and self._ours(p)
-        ]
-        left = procs.terminate([p.pid for p in ours])
+        ours = [p for p in processes.values() if self._ours(p)]
+        left: list[int] = []
+        # In dependency order: the API server's graceful shutdown writes to etcd (it deletes its
+        # lease) and hangs when etcd is gone, so clients go first, then the API server, then etcd.
+        for phase in STOP_PHASES:
+            left += procs.terminate([p.pid for p in ours if p.name in phase], timeout=10)
         for pid in [p.pid for p in ours]:
             child = self._children.pop(pid, None)
             if child is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.wait(timeout=1)
         # Anything else still running from this state dir (e.g. a crashed `up` lost its record).
-        strays = procs.processes_matching(str(self.state_dir))
+        strays = self.stray_processes()
         left += procs.terminate(strays)
         if self._state_file.exists():
             ports, _ = self._load_state()
@@ -404,8 +422,8 @@ class LocalCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         log = self.logs_dir / f"{name}.log"
-        with log.open("ab") as fh:
-            fh.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
+        with log.open("wb") as fh:  # each start is a fresh cluster: fresh logs too
+            fh.write(f"==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
             fh.flush()
             child = subprocess.Popen(
                 argv,

@@ -21,7 +21,9 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
 from tritonllm.render import Rendered, RenderOptions, naming, render_all, validate
+from tritonllm.render.pod import owner_references
 from tritonllm.render.serving import is_multi_node
+from tritonllm.runtime.ssh import generate_secret_data
 
 log = logging.getLogger("tritonllm.reconcile")
 
@@ -200,7 +202,13 @@ class Reconciler:
                 "v1", "Pod", ns, labels={"job-name": job["metadata"]["name"]}
             )
 
+        mpi_secret_present = None
+        if is_multi_node(dep):
+            mpi_secret_present = (
+                await get("v1", "Secret", ns, naming.mpi_secret_name(dep)) is not None
+            )
         return Observed(
+            mpi_secret_present=mpi_secret_present,
             now=now,
             store=store,
             secret_present=secret_present,
@@ -227,6 +235,8 @@ class Reconciler:
     ) -> None:
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        if p.create_mpi_secret and dep is not None:
+            await self._create_mpi_secret(dep, body, logger)
         for obj in p.apply:
             try:
                 await self.kube.apply(obj)
@@ -273,6 +283,27 @@ class Reconciler:
             x["type"]: x["status"] for x in status.get("conditions") or []
         }
         self._publish_conditions()
+
+    async def _create_mpi_secret(
+        self, dep: TritonLLMDeployment, body: dict[str, Any], logger: logging.LoggerAdapter[Any]
+    ) -> None:
+        """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md): random,
+        so created once and never re-applied; owned by the deployment."""
+        data = await asyncio.to_thread(generate_secret_data, f"tritonllm-{dep.name}")
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": naming.mpi_secret_name(dep),
+                "namespace": dep.namespace,
+                "labels": naming.base_labels(dep, c.COMPONENT_SERVER),
+                "ownerReferences": owner_references(dep),
+            },
+            "stringData": data,
+        }
+        await self.kube.create(secret)
+        logger.info("created Secret/%s (MPI SSH keys)", naming.mpi_secret_name(dep))
 
     def _publish_conditions(self) -> None:
         counts: dict[tuple[str, str], int] = {

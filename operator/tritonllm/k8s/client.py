@@ -124,7 +124,7 @@ class Kube:
                 method,
                 query_params=query or [],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=json.dumps(body) if body is not None else None,
+                body=body,
                 response_type="object",
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
@@ -188,6 +188,24 @@ class Kube:
             content_type="application/apply-patch+yaml",
         )
         return out
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """Create; False when it already exists (for objects that must not be re-applied)."""
+        meta = obj["metadata"]
+        try:
+            await self._call(
+                "create",
+                obj["kind"],
+                "POST",
+                path_for(obj["apiVersion"], obj["kind"], meta.get("namespace")),
+                body=obj,
+                query=[("fieldManager", self.field_manager)],
+            )
+            return True
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
 
     async def apply_status(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply of the status subresource."""

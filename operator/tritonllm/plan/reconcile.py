@@ -125,6 +125,8 @@ class Observed:
     live: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     # Repository revisions (repo keys) that exist as ConfigMaps/Jobs of this deployment.
     repo_revisions: list[str] = dataclasses.field(default_factory=list)
+    # Multi node only: whether the per-deployment MPI SSH key Secret exists (None: not needed).
+    mpi_secret_present: bool | None = None
 
 
 @dataclasses.dataclass
@@ -139,6 +141,8 @@ class Plan:
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     requeue_after: float | None = None
     build_result: str | None = None  # "succeeded" | "failed" when a build just finished
+    # Create the MPI SSH key Secret (random keys: created once, never re-applied).
+    create_mpi_secret: bool = False
 
 
 def _rfc3339(t: dt.datetime) -> str:
@@ -306,6 +310,7 @@ def plan(body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs
     if blocked is None:
         _want(p, obs, objects[("Service", naming.serving_name(dep))])
     if repo_ready and blocked is None:
+        p.create_mpi_secret = obs.mpi_secret_present is False
         _want(p, obs, workload)
         for kind in ("HorizontalPodAutoscaler", "PodDisruptionBudget"):
             for o in rendered.by_kind(kind):

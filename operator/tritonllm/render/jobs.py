@@ -41,6 +41,8 @@ BUILD_PLAN_KEY = "build.json"
 REPOSITORY_PLAN_KEY = "repository.json"
 LAUNCH_PLAN_KEY = "launch.json"
 BUILD_BACKOFF_LIMIT = 2
+# tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
+PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
 BUILD_DEADLINE_SECONDS = 6 * 3600
 
 
@@ -112,6 +114,21 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
         "spec": {
             "backoffLimit": BUILD_BACKOFF_LIMIT,
             "activeDeadlineSeconds": BUILD_DEADLINE_SECONDS,
+            # Exit codes of `tritonllm build` that no retry can fix (bad plan, no disk, auth,
+            # too few GPUs, no converter, tp/pp or version mismatch, something missing) fail the
+            # Job at once; the operator reports them and retries only after a spec change.
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": "build",
+                            "operator": "In",
+                            "values": list(PERMANENT_EXIT_CODES),
+                        },
+                    }
+                ]
+            },
             "template": {
                 "metadata": {
                     "labels": pod_labels(dep, labels),

@@ -39,7 +39,8 @@ from .pod import (
 )
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
-MPI_SSH_MOUNT = "/etc/tritonllm/ssh"
+# A sibling of the (read-only) plan mount, not inside it.
+MPI_SSH_MOUNT = "/etc/tritonllm-ssh"
 PROBE_PERIOD_SECONDS = 10
 # Startup budget: loading a cached engine from the store is minutes; the first load after a
 # build (cold page cache) or an llmapi load (weights read and compiled at start) takes longer.

@@ -10,5 +10,5 @@ the CR. `tritonllm.runtime.pyz` packs exactly these modules into the zipapp the 
 
 Modules: `common` (exit codes, logging, probes of the image and the GPUs), `build` (the build plan
 steps), `hub` (Hugging Face downloads), `repository` (the model-repository step), `launch` (the
-serving process), `ssh` (the multi-node bootstrap without `pods/exec`).
+serving process), `ssh` (the multi-node bootstrap without `pods/exec`), `pyz` (builds the zipapp).
 """

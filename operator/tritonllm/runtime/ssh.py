@@ -184,9 +184,13 @@ def sshd_config(*, port: int, workdir: Path, user: str, env: Mapping[str, str]) 
     return "\n".join(lines) + "\n"
 
 
+# Where Debian/Ubuntu put sshd (not on a non-root user's PATH).
+SSHD_FALLBACKS = ("/usr/sbin/sshd",)
+
+
 def find_sshd() -> str:
     # sshd must be started by absolute path (it re-executes itself).
-    for candidate in (shutil.which("sshd"), "/usr/sbin/sshd"):
+    for candidate in (shutil.which("sshd"), *SSHD_FALLBACKS):
         if candidate and os.access(candidate, os.X_OK):
             return os.path.abspath(candidate)
     raise Failure(

@@ -1,0 +1,127 @@
+"""Unit tests of the local-cluster tooling that need no binaries (the cluster tier runs them)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tritonllm.cluster import procs
+from tritonllm.cluster.build import _version_ldflags, main
+from tritonllm.cluster.local import Ports
+from tritonllm.cluster.manifests import (
+    DEFAULT_NODES,
+    GPU_RESOURCE,
+    lws_configuration,
+    lws_webhooks,
+    node_manifest,
+)
+from tritonllm.cluster.versions import COMPONENTS, KUBERNETES, cache_root
+
+
+def _stages() -> dict[str, dict[str, object]]:
+    text = resources.files("tritonllm.cluster").joinpath("kwok-stages.yaml").read_text()
+    return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text)}
+
+
+def test_kwok_stages_cover_the_whole_lifecycle() -> None:
+    # kwok drops all built-in stages once any is configured: every phase must be here.
+    stages = _stages()
+    assert set(stages) == {
+        "node-initialize",
+        "node-heartbeat",
+        "pod-ready",
+        "pod-complete",
+        "pod-fail",
+        "pod-crash",
+        "pod-delete",
+    }
+    assert all(s["kind"] == "Stage" for s in stages.values())
+
+
+def test_failure_stages_outweigh_completion() -> None:
+    stages = _stages()
+    for name in ("pod-fail", "pod-crash"):
+        spec = stages[name]["spec"]
+        assert isinstance(spec, dict)
+        assert spec["weight"] > 0
+        keys = [e["key"] for e in spec["selector"]["matchExpressions"]]
+        assert '.metadata.labels["tritonllm.io/fail"]' in keys
+
+
+def test_nodes_two_h100_one_a100_with_taint() -> None:
+    manifests = [node_manifest(n, i) for i, n in enumerate(DEFAULT_NODES)]
+    gpus = {
+        m["metadata"]["labels"].get("nvidia.com/gpu.product"): m["status"]["capacity"].get(
+            GPU_RESOURCE
+        )
+        for m in manifests
+        if GPU_RESOURCE in m["status"]["capacity"]
+    }
+    products = [m["metadata"]["labels"].get("nvidia.com/gpu.product") for m in manifests]
+    assert products.count("NVIDIA-H100-80GB-HBM3") == 2
+    assert gpus == {"NVIDIA-H100-80GB-HBM3": "8", "NVIDIA-A100-SXM4-80GB": "4"}
+    for m in manifests:
+        assert {"cpu", "memory", "pods"} <= set(m["status"]["capacity"])
+        if GPU_RESOURCE in m["status"]["capacity"]:
+            assert m["spec"]["taints"] == [
+                {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+            ]
+
+
+def test_lws_listens_on_loopback_only(tmp_path: Path) -> None:
+    config = lws_configuration(9443, tmp_path)
+    assert config["webhook"]["host"] == "127.0.0.1"
+    assert config["metrics"]["bindAddress"] == "0"
+    assert config["health"]["healthProbeBindAddress"] == "0"
+    urls = [w["clientConfig"]["url"] for c in lws_webhooks(9443, b"ca") for w in c["webhooks"]]
+    assert urls and all(u.startswith("https://127.0.0.1:9443/") for u in urls)
+
+
+def test_ports_are_distinct_and_free() -> None:
+    ports = Ports()
+    ports.allocate()
+    values = list(ports.__dict__.values())
+    assert len(set(values)) == len(values) and all(values)
+
+
+def test_listeners_sees_our_socket() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        found = [item for item in procs.listeners([os.getpid()]) if item.port == port]
+    assert found and found[0].loopback and found[0].address == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("0100007F:1F90", ("127.0.0.1", 8080)),
+        ("00000000:0050", ("0.0.0.0", 80)),
+        ("00000000000000000000000001000000:0050", ("::1", 80)),
+        ("0000000000000000FFFF00000100007F:0050", ("127.0.0.1", 80)),
+    ],
+)
+def test_parse_proc_net_address(raw: str, expected: tuple[str, int]) -> None:
+    assert procs._parse_addr(raw) == expected
+
+
+def test_version_ldflags_stamp_component_base_and_client_go() -> None:
+    flags = _version_ldflags("v1.36.3", "2026-01-01T00:00:00Z")
+    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
+    assert "-X k8s.io/client-go/pkg/version.gitMinor=36" in flags
+
+
+def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRITONLLM_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
+    assert KUBERNETES.bindir == tmp_path / "bin" / f"k8s-{KUBERNETES.version}"
+    assert {c.name for c in COMPONENTS} == {"k8s", "etcd", "kwok", "lws", "helm"}
+    assert main(["--list"]) == 0
+    with pytest.raises(SystemExit):
+        main(["nonsense"])

@@ -1,0 +1,367 @@
+"""`tritonllm launch` against a FAKE mpirun, FAKE sshd and FAKE nvidia-smi (tests/fake_trtllm.py):
+the checks that refuse to start, waiting for the repository, signal forwarding, exit codes, and
+the LeaderWorkerSet SSH bootstrap (leader host list and agent; worker sshd). One test runs the
+worker's sshd for real when OpenSSH's server is installed, and logs in with the leader's agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_trtllm import FakeImage, image, pyz, relocate, write_plan
+from tests.helpers import render_example
+from tritonllm.runtime import common, launch, ssh
+
+__all__ = ["image", "pyz"]  # fixtures
+
+MULTI = "llama-70b-multinode"
+LEADER_ADDRESS = f"{MULTI}-0.{MULTI}.default"
+
+
+def launch_plan(img: FakeImage, name: str) -> dict[str, Any]:
+    plan: dict[str, Any] = relocate(render_example(name).launch_plan, img.root)
+    img.set_trtllm_version(plan["trtllmVersion"])
+    return plan
+
+
+def make_engine(plan: dict[str, Any], *, tp: int | None = None, pp: int | None = None,
+                config_tp: int | None = None, version: str | None = None) -> None:
+    """An engine directory as `tritonllm build` leaves it (artifact.json + config.json)."""
+    engine = Path(plan["engineDir"])
+    engine.mkdir(parents=True, exist_ok=True)
+    tp = plan["tensorParallel"] if tp is None else tp
+    pp = plan["pipelineParallel"] if pp is None else pp
+    artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
+                "trtllmVersion": version or plan["trtllmVersion"]}
+    (engine / "artifact.json").write_text(json.dumps(artifact))
+    mapping = {"tp_size": tp if config_tp is None else config_tp, "pp_size": pp}
+    (engine / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": mapping}}))
+
+
+def ready(img: FakeImage, name: str, **engine: Any) -> tuple[dict[str, Any], Path]:
+    plan = launch_plan(img, name)
+    Path(plan["modelRepository"]).mkdir(parents=True)
+    if plan["runtime"] == "engine":
+        make_engine(plan, **engine)
+    return plan, write_plan(img.root / "etc/launch.json", plan)
+
+
+def run_launch(img: FakeImage, path: Path, mode: str = "single", **env: str) -> tuple[int, str]:
+    out = img.tritonllm("launch", "--mode", mode, "--plan", str(path), env=img.env(**env))
+    return out.returncode, out.stdout + out.stderr
+
+
+def wait_for(path: Path, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("name", ["gpt2-medium", "llama2-7b-tp4", "llama3-8b-awq"])
+def test_launch_with_fake_mpirun_runs_the_plans_command(image: FakeImage, name: str) -> None:
+    plan, path = ready(image, name)
+    code, log = run_launch(image, path)
+    assert code == 0, log
+    (call,) = image.calls("mpirun")
+    assert [Path(call["argv"][0]).name, *call["argv"][1:]] == plan["argv"]
+    assert "event=engine" in log and "event=exit code=0" in log
+
+
+def test_launch_with_fake_mpirun_propagates_a_non_zero_exit(image: FakeImage) -> None:
+    _, path = ready(image, "gpt2-medium")
+    code, log = run_launch(image, path, FAKE_MPIRUN_EXIT="7")
+    assert code == 7, log
+
+
+def test_launch_with_fake_mpirun_forwards_sigterm_for_a_graceful_drain(image: FakeImage) -> None:
+    _, path = ready(image, "gpt2-medium")
+    proc = image.popen("launch", "--mode", "single", "--plan", str(path),
+                       env=image.env(FAKE_MPIRUN_SLEEP="60"))
+    try:
+        wait_for(image.marks / "mpirun.started")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert (image.marks / "mpirun.terminated").read_text() == str(int(signal.SIGTERM))
+    assert f"signal={int(signal.SIGTERM)}" in out
+
+
+def test_launch_refuses_an_engine_whose_world_size_differs(image: FakeImage) -> None:
+    _, path = ready(image, "gpt2-medium", tp=2)
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert "built for tp=2 x pp=1 = 2 ranks but this deployment runs world size 1" in log
+    assert image.calls("mpirun") == []
+
+
+def test_launch_refuses_an_engine_config_that_disagrees_with_its_artifact(
+    image: FakeImage,
+) -> None:
+    _, path = ready(image, "llama2-7b-tp4", config_tp=2)
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert "config.json says tp=2 pp=1 but artifact.json says tp=4 pp=1" in log
+
+
+def test_launch_refuses_an_engine_built_by_another_trtllm_version(image: FakeImage) -> None:
+    _, path = ready(image, "llama3-8b-awq", version="0.12.0")
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_VERSION, log
+    assert "built with TensorRT-LLM 0.12.0 but this image has 0.13.0" in log
+    assert image.calls("mpirun") == []
+    code, log = run_launch(image, path, TRITONLLM_SKIP_VERSION_CHECK="1")
+    assert code == 0, log
+
+
+def test_launch_refuses_a_missing_engine(image: FakeImage) -> None:
+    plan, path = ready(image, "gpt2-medium")
+    (Path(plan["engineDir"]) / "artifact.json").unlink()
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_NOT_FOUND, log
+
+
+def test_launch_refuses_without_the_gpus_of_the_pod(image: FakeImage) -> None:
+    _, path = ready(image, "llama2-7b-tp4")
+    code, log = run_launch(image, path, FAKE_GPUS="2")
+    assert code == common.EXIT_GPUS, log
+    assert "this serving pod needs 4 visible GPU(s) but this container sees 2" in log
+
+
+def test_launch_waits_for_the_model_repository(image: FakeImage) -> None:
+    plan, path = ready(image, "gpt2-medium")
+    repo = Path(plan["modelRepository"])
+    repo.rmdir()
+    proc = image.popen("launch", "--mode", "single", "--plan", str(path),
+                       env=image.env(TRITONLLM_WAIT_TIMEOUT="30"))
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None
+        assert image.calls("mpirun") == []
+        repo.mkdir()
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert len(image.calls("mpirun")) == 1
+
+
+def test_launch_gives_up_waiting_for_the_repository(image: FakeImage) -> None:
+    plan, path = ready(image, "gpt2-medium")
+    Path(plan["modelRepository"]).rmdir()
+    code, log = run_launch(image, path, TRITONLLM_WAIT_TIMEOUT="0.5")
+    assert code == common.EXIT_TIMEOUT, log
+    assert "did not appear within" in log and "model-repository Job" in log
+
+
+def test_launch_llmapi_runs_one_tritonserver_without_engine_checks(image: FakeImage) -> None:
+    plan = launch_plan(image, "llmapi-llama3-8b")
+    Path(plan["modelRepository"]).mkdir(parents=True)
+    assert Path(plan["argv"][0]).name == "tritonserver"
+    plan["argv"][0] = str(image.bin / "mpirun")  # a recording stand-in for tritonserver
+    path = write_plan(image.root / "etc/launch.json", plan)
+    code, log = run_launch(image, path)
+    assert code == 0, log
+    assert image.calls("mpirun")[0]["argv"][1:] == plan["argv"][1:]
+
+
+@pytest.mark.parametrize(("name", "mode"), [(MULTI, "single"), ("gpt2-medium", "leader")])
+def test_launch_rejects_a_mode_that_does_not_fit_the_plan(
+    image: FakeImage, name: str, mode: str
+) -> None:
+    _, path = ready(image, name)
+    code, log = run_launch(image, path, mode=mode)
+    assert code == common.EXIT_INVALID, log
+
+
+# --- multi node: the SSH bootstrap -----------------------------------------------------------
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """The `<name>-mpi-ssh` Secret as mounted: keys from generate_secret_data (real ssh-keygen)."""
+    d = tmp_path / "secret"
+    d.mkdir()
+    for name, body in ssh.generate_secret_data().items():
+        (d / name).write_text(body)
+        (d / name).chmod(0o400)
+    return d
+
+
+def multi_plan(img: FakeImage, secret: Path, port: int = 2222) -> tuple[dict[str, Any], Path]:
+    plan, _ = ready(img, MULTI)
+    plan["ssh"] = {"port": port, "keyDir": str(secret)}
+    return plan, write_plan(img.root / "etc/launch.json", plan)
+
+
+def use_image_env(monkeypatch: pytest.MonkeyPatch, img: FakeImage, **extra: str) -> None:
+    for k, v in img.env(**extra).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.syspath_prepend(str(img.site))  # the fake image's tensorrt_llm metadata
+
+
+def test_leader_with_fake_mpirun_runs_over_the_lws_group_through_ssh(
+    image: FakeImage, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan, _ = multi_plan(image, secret)
+    use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="2")
+    probed: list[tuple[str, int]] = []
+
+    def fake_probe(host: str, port: int) -> str | None:
+        probed.append((host, port))
+        return "10.1.2.3" if len(probed) > 1 else None  # the worker's sshd answers on try 2
+
+    monkeypatch.setattr(ssh, "probe", fake_probe)
+    assert launch.execute("leader", plan) == 0
+
+    assert probed == [(f"{MULTI}-0-1.{MULTI}.default", 2222)] * 2
+    (call,) = image.calls("mpirun")
+    argv = call["argv"]
+    assert argv[1:3] == ["--host", f"{socket.gethostname()}:8,10.1.2.3:8"]
+    assert argv[3:5] == ["--mca", "plm_rsh_agent"]
+    agent = argv[5].split()
+    assert agent[:3] == ["ssh", "-p", "2222"]
+    assert {"StrictHostKeyChecking=yes", "BatchMode=yes", "IdentitiesOnly=yes"} <= set(agent)
+    assert argv[6:9] == ["--mca", "plm_rsh_no_tree_spawn", "1"]
+    assert argv[9:] == plan["argv"][1:]
+
+
+def test_leader_gives_up_on_unreachable_workers(
+    image: FakeImage, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan, _ = multi_plan(image, secret)
+    use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="2",
+                  TRITONLLM_WAIT_TIMEOUT="0.5")
+    monkeypatch.setattr(ssh, "probe", lambda host, port: None)
+    with pytest.raises(common.Failure) as exc:
+        launch.execute("leader", plan)
+    assert exc.value.code == common.EXIT_TIMEOUT
+    assert f"{MULTI}-0-1.{MULTI}.default:2222" in exc.value.message
+
+
+def test_leader_refuses_a_group_of_the_wrong_size(
+    image: FakeImage, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan, _ = multi_plan(image, secret)
+    use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="3")
+    with pytest.raises(common.Failure) as exc:
+        launch.execute("leader", plan)
+    assert exc.value.code == common.EXIT_MISMATCH
+
+
+def test_worker_hosts_follow_the_lws_naming() -> None:
+    env = {"LWS_LEADER_ADDRESS": "big-3.big.ns", "LWS_GROUP_SIZE": "4"}
+    assert ssh.worker_hosts(env, 4) == ["big-3-1.big.ns", "big-3-2.big.ns", "big-3-3.big.ns"]
+    with pytest.raises(common.Failure):
+        ssh.worker_hosts({}, 2)
+
+
+def test_worker_with_fake_sshd_serves_ssh_until_sigterm(image: FakeImage, secret: Path) -> None:
+    _, path = multi_plan(image, secret)
+    env = image.env(HF_TOKEN="hf_secret", NCCL_DEBUG="INFO")
+    proc = image.popen("launch", "--mode", "worker", "--plan", str(path), env=env)
+    try:
+        wait_for(image.marks / "sshd.started")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    (call,) = image.calls("sshd")
+    assert call["argv"][1:3] == ["-D", "-e"]
+    config = call["config"]
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout
+    for line in ("Port 2222", f"AllowUsers {user.strip()}", "PasswordAuthentication no",
+                 "PermitTTY no", "AllowTcpForwarding no"):
+        assert line in config.splitlines()
+    setenv = next(line for line in config.splitlines() if line.startswith("SetEnv "))
+    assert 'NCCL_DEBUG="INFO"' in setenv and "PATH=" in setenv
+    assert "HF_TOKEN" not in setenv and "hf_secret" not in config
+
+
+def test_worker_says_when_the_image_has_no_sshd(
+    image: FakeImage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (image.bin / "sshd").unlink()
+    monkeypatch.setenv("PATH", str(image.bin))
+    monkeypatch.setattr(ssh, "SSHD_FALLBACKS", (str(image.root / "usr/sbin/sshd"),))
+    with pytest.raises(common.Failure) as exc:
+        ssh.find_sshd()
+    assert exc.value.code == common.EXIT_NOT_FOUND
+    assert "sshd not found in this image" in exc.value.message
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd installed")
+def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
+    image: FakeImage, secret: Path, tmp_path: Path
+) -> None:
+    """Real OpenSSH on both sides: the worker's generated sshd_config, the Secret's keys, the
+    leader's agent command, host-key pinning, and the environment passed into sessions."""
+    port = free_port()
+    _, path = multi_plan(image, secret, port=port)
+    (image.bin / "sshd").unlink()  # use the real one
+    env = image.env(HF_TOKEN="hf_secret", TRITONLLM_PROBE_VAR="from-the-pod")
+    proc = image.popen("launch", "--mode", "worker", "--plan", str(path), env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while ssh.probe("127.0.0.1", port) is None:
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "sshd did not answer"
+            time.sleep(0.1)
+        agent = ssh.rsh_agent(port, secret, tmp_path).split()
+        remote = "echo $TRITONLLM_PROBE_VAR ${HF_TOKEN:-no-token}"
+        session = subprocess.run(
+            [*agent, "127.0.0.1", remote], capture_output=True, text=True, timeout=30,
+            env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
+        )
+        assert session.returncode == 0, session.stderr
+        assert session.stdout.split() == ["from-the-pod", "no-token"]
+
+        # Another deployment's client key is refused, and a server with another host key is
+        # not trusted.
+        other = ssh.generate_secret_data()
+        mine = {n: (secret / n).read_text() for n in ssh.SECRET_KEYS}
+        for label, client, host in (("client", other, mine), ("host", mine, other)):
+            keys = tmp_path / f"wrong-{label}"
+            keys.mkdir()
+            for n in (ssh.CLIENT_KEY, ssh.CLIENT_PUB):
+                (keys / n).write_text(client[n])
+            for n in (ssh.HOST_KEY, ssh.HOST_PUB):
+                (keys / n).write_text(host[n])
+            wrong = ssh.rsh_agent(port, keys, keys).split()
+            denied = subprocess.run([*wrong, "127.0.0.1", "true"], capture_output=True,
+                                    text=True, timeout=30)
+            assert denied.returncode == 255, (label, denied.stderr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+        proc.kill()
+    assert proc.returncode == 0, out
+
+
+def test_generated_secret_holds_ed25519_key_pairs() -> None:
+    data = ssh.generate_secret_data()
+    assert sorted(data) == sorted(ssh.SECRET_KEYS)
+    assert data[ssh.CLIENT_KEY].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert data[ssh.HOST_PUB].startswith("ssh-ed25519 ")
+    assert data != ssh.generate_secret_data()
+    assert shutil.which("ssh-keygen")
