@@ -92,7 +92,7 @@ def run_operator(
         TRITONLLM,
         "run",
         "--kubeconfig",
-        str(cluster.kubeconfig),
+        str(kubeconfig or cluster.kubeconfig),
         "-n",
         namespace,
         "--metrics-port",

@@ -11,11 +11,13 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.reconcile import (
+    FINALIZER,
     MAX_BUILD_ATTEMPTS,
     Observed,
     Plan,
     backoff_seconds,
     plan,
+    plan_deletion,
     plan_invalid,
 )
 from tritonllm.render import naming, render_all
@@ -376,3 +378,22 @@ def test_multi_node_creates_the_mpi_secret_once_the_repository_is_ready() -> Non
     w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
     p = w.step()
     assert p.create_mpi_secret and "LeaderWorkerSet" in kinds(p)
+
+
+def test_only_retention_delete_gets_a_finalizer() -> None:
+    w = World()
+    p = w.step()
+    assert p.finalizers is None  # Retain: no finalizer, nothing can block deletion
+    w = World({"storage": {"create": {"size": "1Gi"}, "engineRetention": "Delete"}})
+    p = w.step()
+    assert p.finalizers == [FINALIZER]
+    w.body["metadata"]["finalizers"] = p.finalizers
+    assert w.step().finalizers is None
+    w.body["spec"]["storage"]["engineRetention"] = "Retain"
+    assert w.step().finalizers == []
+
+
+def test_deletion_forgets_unused_engines_and_always_releases_the_finalizer() -> None:
+    body = {"metadata": {"name": "a", "finalizers": ["other/keep", FINALIZER]}}
+    assert plan_deletion(body, ["a"]) == (True, ["other/keep"])
+    assert plan_deletion(body, ["a", "b"]) == (False, ["other/keep"])

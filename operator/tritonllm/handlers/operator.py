@@ -2,9 +2,9 @@
 
 We use kopf's raw event handlers and a timer rather than its create/update handlers: those keep
 per-object progress in annotations (writes on every change) while our reconcile is level-based and
-idempotent. The only finalizer is the one kopf adds for `on.delete` when a deployment asks for its
-engines to be deleted (storage.engineRetention: Delete); its handler never blocks deletion: after
-its attempt (bounded by a timeout) the finalizer is released even if the cleanup failed.
+idempotent. kopf's `on.delete` is not used either: it would put a finalizer on every object (its
+`when=` filters are not consulted for finalizers). Our reconciler adds its finalizer only when
+storage.engineRetention is Delete and releases it in the pass that sees the deletion.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = ours.api_timeout_seconds
-    settings.persistence.finalizer = f"{c.GROUP}/engine-cleanup"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.GROUP, key="last-handled-configuration"
@@ -122,30 +121,3 @@ async def workload_event(body: dict[str, Any], namespace: str, **_: Any) -> None
 async def lws_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
     for n in _owner_instances(body):
         reconciler().request(namespace, n)
-
-
-def _retention_delete(spec: dict[str, Any], **_: Any) -> bool:
-    return bool((spec.get("storage") or {}).get("engineRetention") == "Delete")
-
-
-@kopf.on.delete(
-    c.GROUP, c.VERSION, c.PLURAL, when=_retention_delete, timeout=120, retries=3, backoff=10
-)
-async def delete_engines(body: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
-    """storage.engineRetention Delete: forget engines no other deployment uses.
-
-    Removing the TritonLLMEngine record garbage-collects its build Job and ConfigMap; the engine
-    files stay on the claim until a later build with that key overwrites them (documented). The
-    finalizer is released after this handler, whatever happens: deletion is never blocked.
-    """
-    key = ((body.get("status") or {}).get("engine") or {}).get("key")
-    if not key:
-        return
-    users = [n for n in await _by_engine_key(namespace, key) if n != name]
-    if users:
-        log.info("engine %s kept: still used by %s", key, ", ".join(users))
-        return
-    try:
-        await reconciler().kube.delete(c.API_VERSION, c.ENGINE_KIND, namespace, key)
-    except Exception as exc:  # never block deletion on cleanup
-        log.warning("could not delete engine %s: %s", key, exc)

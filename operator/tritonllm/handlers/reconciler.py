@@ -19,7 +19,14 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
+from tritonllm.plan.reconcile import (
+    FINALIZER,
+    Observed,
+    Plan,
+    plan,
+    plan_deletion,
+    plan_invalid,
+)
 from tritonllm.render import Rendered, RenderOptions, naming, render_all, validate
 from tritonllm.render.pod import owner_references
 from tritonllm.render.serving import is_multi_node
@@ -83,8 +90,13 @@ class Reconciler:
         started = time.monotonic()
         try:
             body = await self.kube.get(c.API_VERSION, c.KIND, namespace, name)
-            if body is None or body["metadata"].get("deletionTimestamp"):
+            if body is None:
                 self.forget(namespace, name)
+                return
+            if body["metadata"].get("deletionTimestamp"):
+                self.forget(namespace, name)
+                if FINALIZER in (body["metadata"].get("finalizers") or []):
+                    await self._finalize(body, logger)
                 return
             await self._reconcile(body, logger)
             RECONCILES.labels("ok").inc()
@@ -235,6 +247,8 @@ class Reconciler:
     ) -> None:
         meta = body["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        if p.finalizers is not None:
+            await self.kube.set_finalizers(body, p.finalizers)
         if p.create_mpi_secret and dep is not None:
             await self._create_mpi_secret(dep, body, logger)
         for obj in p.apply:
@@ -283,6 +297,30 @@ class Reconciler:
             x["type"]: x["status"] for x in status.get("conditions") or []
         }
         self._publish_conditions()
+
+    async def _finalize(self, body: dict[str, Any], logger: logging.LoggerAdapter[Any]) -> None:
+        """engineRetention Delete: forget the engine if no other deployment uses it, then release
+        the finalizer — in this pass, even if forgetting failed (deletion is never blocked)."""
+        meta = body["metadata"]
+        key = ((body.get("status") or {}).get("engine") or {}).get("key")
+        users: list[str] = []
+        if key:
+            items = await self.kube.list(c.API_VERSION, c.KIND, meta["namespace"])
+            users = [
+                i["metadata"]["name"]
+                for i in items
+                if ((i.get("status") or {}).get("engine") or {}).get("key") == key
+            ]
+        forget, finalizers = plan_deletion(body, users)
+        if key and forget:
+            try:
+                await self.kube.delete(c.API_VERSION, c.ENGINE_KIND, meta["namespace"], key)
+                logger.info("forgot engine %s (engineRetention Delete)", key)
+            except KubeError as exc:
+                logger.warning("could not forget engine %s: %s", key, exc)
+        elif key:
+            logger.info("engine %s kept: other deployments use it", key)
+        await self.kube.set_finalizers(body, finalizers)
 
     async def _create_mpi_secret(
         self, dep: TritonLLMDeployment, body: dict[str, Any], logger: logging.LoggerAdapter[Any]

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from kubernetes import client as k8s_client
@@ -236,6 +237,24 @@ class Kube:
             content_type="application/merge-patch+json",
         )
         return out
+
+    async def set_finalizers(self, obj: dict[str, Any], finalizers: Sequence[str]) -> None:
+        """Replace metadata.finalizers, guarded by resourceVersion (a concurrent change makes the
+        patch fail with 409 and the next reconcile computes the list again)."""
+        meta = obj["metadata"]
+        await self._call(
+            "patch",
+            obj["kind"],
+            "PATCH",
+            path_for(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]),
+            body={
+                "metadata": {
+                    "finalizers": finalizers or None,
+                    "resourceVersion": meta["resourceVersion"],
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
 
     async def scale(
         self, api_version: str, kind: str, namespace: str, name: str, replicas: int

@@ -143,6 +143,8 @@ class Plan:
     build_result: str | None = None  # "succeeded" | "failed" when a build just finished
     # Create the MPI SSH key Secret (random keys: created once, never re-applied).
     create_mpi_secret: bool = False
+    # New metadata.finalizers list, when ours must be added or removed.
+    finalizers: list[str] | None = None
 
 
 def _rfc3339(t: dt.datetime) -> str:
@@ -421,6 +423,7 @@ def plan(body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs
             )
             reason = "Ready" if ready else "ScaledToZero"
 
+    p.finalizers = finalizers_for(body, spec.storage.engineRetention == "Delete")
     engine_info: dict[str, Any] = {
         "key": key,
         "path": rendered.engine_dir,
@@ -449,6 +452,32 @@ def plan(body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs
     if engine_state in ("Building", "Pending") or (repo_ready and not done):
         p.requeue_after = p.requeue_after or 30
     return _finish(body, p, conds, obs, extra=extra)
+
+
+FINALIZER = f"{c.GROUP}/engine-cleanup"
+
+
+def finalizers_for(body: dict[str, Any], want: bool) -> list[str] | None:
+    """The finalizers list with ours added or removed as `want` says; None if already right.
+
+    Only engineRetention Delete needs a finalizer (to forget engines when the deployment goes);
+    with the default Retain the object has none, so nothing can block its deletion.
+    """
+    current = list(body["metadata"].get("finalizers") or [])
+    if (FINALIZER in current) == want:
+        return None
+    return [*current, FINALIZER] if want else [f for f in current if f != FINALIZER]
+
+
+def plan_deletion(body: dict[str, Any], users_of_engine: list[str]) -> tuple[bool, list[str]]:
+    """On deletion with our finalizer: (forget the engine record?, the new finalizers list).
+
+    The engine record goes only when no other deployment uses its key. The finalizer is released
+    in the same pass whatever happens, so deletion is never blocked on the cleanup.
+    """
+    name = body["metadata"]["name"]
+    others = [u for u in users_of_engine if u != name]
+    return not others, [f for f in body["metadata"].get("finalizers") or [] if f != FINALIZER]
 
 
 def _engine(

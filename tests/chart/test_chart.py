@@ -1,0 +1,137 @@
+"""The Helm chart: lint, template, install into the local cluster, and RBAC that suffices.
+
+The operator image cannot run here (no container runtime: kwok only simulates pods), so the last
+test proves the chart's RBAC another way: it runs `tritonllm run` with a token of the chart's
+ServiceAccount and reconciles a deployment to Ready with nothing but those permissions.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cases import ROOT
+from tests.cluster.operator_harness import (
+    prepare_namespace,
+    run_operator,
+    wait_ready,
+)
+from tritonllm.cli.crd import crd_texts
+from tritonllm.cluster.build import ensure_all
+from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.versions import HELM
+
+CHART = ROOT / "charts" / "tritonllm"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    ensure_all()  # builds helm (and the cluster binaries) on a fresh machine
+    return str(HELM.path("helm"))
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+def template(helm: str, *sets: str) -> list[dict[str, Any]]:
+    args = ["template", "demo", str(CHART), "--namespace", "tritonllm-system"]
+    for s in sets:
+        args += ["--set", s]
+    return [d for d in yaml.safe_load_all(run_helm(helm, *args).stdout) if d]
+
+
+@pytest.mark.chart
+def test_chart_lints(helm: str) -> None:
+    out = run_helm(helm, "lint", str(CHART), "--strict")
+    assert "0 chart(s) failed" in out.stdout
+
+
+@pytest.mark.chart
+def test_chart_crds_are_the_generated_ones() -> None:
+    for name, text in crd_texts().items():
+        assert (CHART / "crds" / name).read_text() == text
+
+
+@pytest.mark.chart
+def test_template_renders_operator_with_least_privilege(helm: str) -> None:
+    docs = template(helm)
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service",
+            "ClusterKopfPeering"} <= kinds
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert "pods/exec" not in resources
+    assert "tritonllmdeployments/status" in resources
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["TRITONLLM_PEERING"] == "tritonllm" and dep["spec"]["replicas"] == 2
+
+
+@pytest.mark.chart
+def test_template_refuses_replicas_without_peering(helm: str) -> None:
+    args = ["template", "demo", str(CHART), "--set", "settings.peering="]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0 and "needs settings.peering" in proc.stderr
+
+
+@pytest.mark.chart
+@pytest.mark.cluster
+def test_install_into_the_local_cluster(helm: str, cluster: LocalCluster, namespace: str) -> None:
+    run_helm(helm, "install", "tllm", str(CHART), "--namespace", namespace,
+             "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
+             "--set", "replicaCount=1", "--skip-crds", "--wait", "--timeout", "120s")
+    dep = cluster.kubectl_json("get", "deployment", "tllm-tritonllm", "-n", namespace)
+    assert dep["status"].get("readyReplicas") == 1  # simulated by kwok
+    run_helm(helm, "uninstall", "tllm", "--namespace", namespace,
+             "--kubeconfig", str(cluster.kubeconfig))
+
+
+@pytest.mark.chart
+@pytest.mark.cluster
+def test_chart_rbac_is_enough_to_reconcile(helm: str, cluster: LocalCluster, namespace: str,
+                                           tmp_path: Path) -> None:
+    release = f"rbac-{namespace[-6:]}"
+    run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
+             "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
+             "--set", "replicaCount=1", "--skip-crds")
+    try:
+        sa = f"{release}-tritonllm"
+        token = cluster.kubectl("create", "token", sa, "-n", namespace,
+                                "--duration=1h").stdout.strip()
+        cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+        server = cfg["clusters"][0]["cluster"]
+        restricted = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "local", "cluster": server}],
+            "users": [{"name": sa, "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
+            "current-context": "sa",
+        }
+        kubeconfig = tmp_path / "sa.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(restricted))
+        prepare_namespace(cluster, namespace)
+        with run_operator(cluster, namespace, tmp_path, kubeconfig=kubeconfig) as op:
+            cluster.apply([{
+                "apiVersion": "tritonllm.io/v1alpha1", "kind": "TritonLLMDeployment",
+                "metadata": {"name": "rbac-check", "namespace": namespace},
+                "spec": {"image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+                         "model": {"source": "hf://openai-community/gpt2"},
+                         "gpu": {"product": "NVIDIA-H100-80GB-HBM3"}},
+            }])
+            wait_ready(cluster, namespace, "rbac-check")
+            assert "Forbidden" not in op.logs() and "403" not in op.logs()
+    finally:
+        run_helm(helm, "uninstall", release, "--namespace", namespace,
+                 "--kubeconfig", str(cluster.kubeconfig), check=False)
