@@ -21,6 +21,7 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_ready,
 )
+
 from tritonllm.cluster.local import LocalCluster
 
 

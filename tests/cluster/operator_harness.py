@@ -85,7 +85,9 @@ def run_operator(
     peering: str | None = None,
     resync: float = 3.0,
     tag: str = "op",
+    kubeconfig: Path | None = None,
 ) -> Iterator[Operator]:
+    """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given)."""
     metrics_port, health_port = free_port(), free_port()
     log = tmp / f"{tag}.log"
     args = [
@@ -159,7 +161,7 @@ def store_objects(namespace: str, claim: str = "tritonllm-model-store") -> list[
     """A claim and a volume pre-bound to it (the local cluster has no storage provisioner)."""
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",
-         "metadata": {"name": f"{namespace}-{claim}"[:63]},
+         "metadata": {"name": f"{namespace}-store"},
          "spec": {"capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany"],
                   "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
                   "hostPath": {"path": f"/tmp/tritonllm-store/{namespace}"},

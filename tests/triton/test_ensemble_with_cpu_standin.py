@@ -21,11 +21,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from .conftest import Server, example
+from .conftest import EXAMPLE, example
+from .stack import Server
 
 pytestmark = pytest.mark.triton
 
-EXAMPLE = "gpt2-medium"  # an engine-runtime example (TensorRT-LLM 1.2.1 templates)
 PROMPT = "hello world"
 
 

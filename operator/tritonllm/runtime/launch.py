@@ -35,6 +35,7 @@ from .common import (
     Failure,
     engine_mapping,
     load_plan,
+    local_mpi_ranks,
     log,
     read_json,
     require_gpus,
@@ -49,6 +50,7 @@ MODES = ("single", "leader", "worker")
 ENV_WAIT_TIMEOUT = "TRITONLLM_WAIT_TIMEOUT"
 DEFAULT_WAIT_SECONDS = 1800.0
 REPORT_EVERY_SECONDS = 10.0
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 
 
 def main(mode: str, plan_path: str) -> int:
@@ -86,10 +88,26 @@ def execute(mode: str, plan: dict[str, Any]) -> int:
         if mode == "leader":
             argv = leader_command(plan, argv, Path(tmp))
         log("launch", "exec", mode=mode, argv=argv)
-        result = run_child(argv)
+        # Under mpirun, SIGTERM goes to the local ranks (see drain_targets).
+        mpi = Path(argv[0]).name in MPI_LAUNCHERS
+        result = run_child(argv, signal_targets=drain_targets if mpi else None)
     code = result.returncode if result.returncode >= 0 else 128 - result.returncode
     log("launch", "exit", code=code, signal=result.signalled)
     return code
+
+
+def drain_targets(mpirun_pid: int) -> list[int]:
+    """Where a graceful stop goes: the ranks mpirun runs on this host, not mpirun itself.
+
+    Open MPI's mpirun treats SIGTERM as an abort: it sends SIGTERM to the ranks, SIGKILLs them
+    one second later (odls_base_sigkill_timeout), cutting tritonserver's drain short, and exits
+    1. Signalled directly, each tritonserver drains within --exit-timeout-secs and exits 0, so
+    mpirun exits 0. A second SIGTERM goes to mpirun (its abort); so does one that arrives before
+    the ranks exist.
+    """
+    ranks = local_mpi_ranks(mpirun_pid)
+    log("launch", "drain", ranks=ranks or None, to=None if ranks else "mpirun")
+    return ranks
 
 
 def wait_for_repository(repo: Path, timeout: float) -> None:

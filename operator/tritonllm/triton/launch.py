@@ -42,6 +42,9 @@ class LaunchSpec:
     log_verbose: int = 0
     # llmapi: one tritonserver, TensorRT-LLM spawns its own MPI workers.
     single_process: bool = False
+    # Further tritonserver arguments, appended as given to every rank's command line (for
+    # example --backend-directory=... or --log-format=ISO8601).
+    extra_args: tuple[str, ...] = ()
 
 
 def rank_args(spec: LaunchSpec, rank: int) -> list[str]:
@@ -75,7 +78,7 @@ def rank_args(spec: LaunchSpec, rank: int) -> list[str]:
             "--model-control-mode=explicit",
             *(f"--load-model={m}" for m in spec.worker_models),
         ]
-    return args
+    return [*args, *spec.extra_args]
 
 
 def mpirun_argv(

@@ -6,12 +6,16 @@ deterministic: generated token i is prompt token (i mod prompt length), until re
 tokens or end_id. It honours the parts of the contract the pipeline exercises: input_ids,
 input_lengths, request_output_len, end_id, streaming, exclude_input_in_output (input, else the
 config parameter); every other declared output is returned zero-filled with its declared type.
-Decoupled, it sends one response per token when asked to stream, else one response.
+Decoupled, it sends one response per token as it is generated when asked to stream, else one
+response. TRITONLLM_STANDIN_TOKEN_DELAY (seconds, default 0) slows each token down, so that tests
+can have requests in flight (a graceful drain).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,10 +40,11 @@ class TritonPythonModel:
         }
         exclude = config["parameters"]["exclude_input_in_output"]["string_value"]
         self.exclude_input = exclude.lower() == "true"
+        self.token_delay = float(os.environ.get("TRITONLLM_STANDIN_TOKEN_DELAY") or 0)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if not self.decoupled:
-            return [self._respond(request)[0] for request in requests]
+            return [next(self._respond(request)) for request in requests]
         for request in requests:
             sender = request.get_response_sender()
             for response in self._respond(request):
@@ -47,7 +52,7 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 
-    def _respond(self, request: Any) -> list[Any]:
+    def _respond(self, request: Any) -> Iterator[Any]:
         try:
             streaming = bool(_scalar(request, "streaming"))
             if streaming and not self.decoupled:
@@ -56,20 +61,23 @@ class TritonPythonModel:
             prompt = prompt[: int(_scalar(request, "input_lengths"))]
             exclude = _scalar(request, "exclude_input_in_output")
             exclude = self.exclude_input if exclude is None else bool(exclude)
-            tokens = list(self._generate(prompt, request))
             if streaming:
-                return [self._response([t]) for t in tokens]
-            return [self._response(tokens if exclude else [*prompt.tolist(), *tokens])]
+                for token in self._generate(prompt, request):
+                    yield self._response([token])
+                return
+            tokens = list(self._generate(prompt, request))
+            yield self._response(tokens if exclude else [*prompt.tolist(), *tokens])
         except Exception as exc:
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))]
+            yield pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
 
-    @staticmethod
-    def _generate(prompt: np.ndarray, request: Any) -> Iterator[int]:
+    def _generate(self, prompt: np.ndarray, request: Any) -> Iterator[int]:
         end_id = _scalar(request, "end_id")
         for i in range(int(_scalar(request, "request_output_len"))):
             token = int(prompt[i % len(prompt)])
             if token == end_id:
                 return
+            if self.token_delay:
+                time.sleep(self.token_delay)
             yield token
 
     def _response(self, tokens: list[int]) -> Any:
