@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import sys
 
 from tritonllm.api.settings import OperatorSettings
@@ -73,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     settings = settings_from(args)
-    os.environ["TRITONLLM_RESYNC_SECONDS"] = str(settings.resync_seconds)
 
     from tritonllm.handlers import logs, operator  # after the environment is set
 
@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
                 namespaces=settings.namespaces,
                 clusterwide=not settings.namespaces,
                 liveness_endpoint=liveness,
+                # Peers with equal priorities would all pause; a random one lets exactly one
+                # replica act, and the next takes over when its peering record expires.
+                priority=random.randint(1, 1_000_000),
             )
         )
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -48,8 +47,12 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
     # Our own Events carry the reasons; kopf's log-to-event posting would duplicate them.
     settings.posting.enabled = False
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # The periodic resync (a level-based safety net for retries after backoff and missed
+    # events): each watch ends after resync_seconds and kopf lists again, which replays every
+    # object to the event handlers. Unlike kopf.timer it adds no finalizer, and it stops while
+    # peering pauses this replica.
+    settings.watching.server_timeout = ours.resync_seconds
+    settings.watching.client_timeout = ours.resync_seconds + 30
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -70,16 +73,6 @@ async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_
     if event.get("type") == "DELETED":
         reconciler().forget(namespace, name)
         return
-    reconciler().request(namespace, name)
-
-
-# Read at import: `tritonllm run` exports the setting before it imports this module.
-RESYNC_SECONDS = float(os.environ.get("TRITONLLM_RESYNC_SECONDS", "60"))
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(namespace: str, name: str, **_: Any) -> None:
-    """Level-based safety net (retries after backoff, missed events); quiet in steady state."""
     reconciler().request(namespace, name)
 
 

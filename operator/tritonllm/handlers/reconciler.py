@@ -94,7 +94,7 @@ class Reconciler:
                 self.forget(namespace, name)
                 return
             if body["metadata"].get("deletionTimestamp"):
-                self.forget(namespace, name)
+                self._conditions.pop((namespace, name), None)
                 if FINALIZER in (body["metadata"].get("finalizers") or []):
                     await self._finalize(body, logger)
                 return

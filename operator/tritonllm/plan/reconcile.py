@@ -557,7 +557,9 @@ def _engine(
                 state="Building", buildJob=job_name, message=f"Job {job_name} is running the {what}"
             )
             status.setdefault("builtFor", uid)
-    if status != old_status or obs.engine is None:
+    # The record's status is written once the record exists or is created in this pass.
+    record_exists = obs.engine is not None or not blocked
+    if record_exists and (status != old_status or obs.engine is None):
         p.engine_status = status
 
     if state == "Ready":
