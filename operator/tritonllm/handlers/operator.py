@@ -51,8 +51,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # events): each watch ends after resync_seconds and kopf lists again, which replays every
     # object to the event handlers. Unlike kopf.timer it adds no finalizer, and it stops while
     # peering pauses this replica.
-    settings.watching.server_timeout = ours.resync_seconds
-    settings.watching.client_timeout = ours.resync_seconds + 30
+    # (the API server wants whole seconds for a watch's timeoutSeconds)
+    settings.watching.server_timeout = max(1, round(ours.resync_seconds))
+    settings.watching.client_timeout = max(1, round(ours.resync_seconds)) + 30
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(

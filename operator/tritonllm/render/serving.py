@@ -236,13 +236,16 @@ def leader_worker_set(
     }
 
 
+def _serving_metadata(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """Metadata of the objects named after the deployment (Service, HPA, PDB)."""
+    return metadata(dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER))
+
+
 def service(dep: TritonLLMDeployment) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(
-            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
-        ),
+        "metadata": _serving_metadata(dep),
         "spec": {
             "type": "ClusterIP",
             "selector": naming.selector_labels(dep),
@@ -302,9 +305,7 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": metadata(
-            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
-        ),
+        "metadata": _serving_metadata(dep),
         "spec": {
             "scaleTargetRef": {**target, "name": naming.serving_name(dep)},
             "minReplicas": a.minReplicas,
@@ -333,8 +334,6 @@ def pod_disruption_budget(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": metadata(
-            dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER)
-        ),
+        "metadata": _serving_metadata(dep),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": naming.selector_labels(dep)}},
     }

@@ -67,16 +67,13 @@ def convert_step(
     e = spec.engine
     q = e.quantization
     par = ["--tp_size", str(e.parallelism.tensor), "--pp_size", str(e.parallelism.pipeline)]
+    # Both tools take the same input/output/dtype arguments.
+    io = ["--model_dir", weights_dir, "--output_dir", checkpoint_dir, "--dtype", e.dtype]
     if q.format in MODELOPT_FORMATS:
         argv = [
             "python3",
             "{examples}/quantization/quantize.py",
-            "--model_dir",
-            weights_dir,
-            "--output_dir",
-            checkpoint_dir,
-            "--dtype",
-            e.dtype,
+            *io,
             "--qformat",
             q.format,
             "--calib_size",
@@ -93,12 +90,7 @@ def convert_step(
     argv = [
         "python3",
         "{converter}",
-        "--model_dir",
-        weights_dir,
-        "--output_dir",
-        checkpoint_dir,
-        "--dtype",
-        e.dtype,
+        *io,
         *par,
     ]
     if q.format in ("int8_wo", "int4_wo"):
