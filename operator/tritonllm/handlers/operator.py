@@ -10,7 +10,9 @@ storage.engineRetention is Delete and releases it in the pass that sees the dele
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -47,13 +49,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     ours: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
     # Our own Events carry the reasons; kopf's log-to-event posting would duplicate them.
     settings.posting.enabled = False
-    # The periodic resync (a level-based safety net for retries after backoff and missed
-    # events): each watch ends after resync_seconds and kopf lists again, which replays every
-    # object to the event handlers. Unlike kopf.timer it adds no finalizer, and it stops while
-    # peering pauses this replica.
-    # (the API server wants whole seconds for a watch's timeoutSeconds)
-    settings.watching.server_timeout = max(1, round(ours.resync_seconds))
-    settings.watching.client_timeout = max(1, round(ours.resync_seconds)) + 30
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -75,6 +72,32 @@ async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_
         reconciler().forget(namespace, name)
         return
     reconciler().request(namespace, name)
+
+
+# Read at import: `tritonllm run` exports the setting before it imports this module.
+RESYNC_SECONDS = float(os.environ.get("TRITONLLM_RESYNC_SECONDS", "60"))
+
+
+@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def resync(namespace: str, name: str, **_: Any) -> None:
+    """Level-based safety net (retries after backoff, missed events); quiet in steady state.
+    A kopf timer stops while peering pauses this replica, unlike a loop of our own."""
+    reconciler().request(namespace, name)
+
+
+def _without_finalizer(fn: Any) -> None:
+    """kopf marks every timer as needing a finalizer (to stop it before the object goes). Ours
+    only schedules a reconcile, which copes with a vanished object, so it needs none: a
+    finalizer here would make every deletion wait for a running operator.
+    tests/unit/test_handlers.py checks this against the installed kopf."""
+    registry = kopf.get_default_registry()._spawning
+    registry._handlers = [
+        dataclasses.replace(h, requires_finalizer=False) if h.fn is fn else h
+        for h in registry._handlers
+    ]
+
+
+_without_finalizer(resync)
 
 
 def _owner_instances(body: dict[str, Any]) -> list[str]:
