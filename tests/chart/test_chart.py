@@ -23,9 +23,11 @@ from tests.cluster.operator_harness import (
 from tritonllm.cli.crd import crd_texts
 from tritonllm.cluster.build import ensure_all
 from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.versions import HELM
+from tritonllm.cluster.versions import HELM, KUBERNETES
 
 CHART = ROOT / "charts" / "tritonllm"
+# Offline `helm template` assumes Kubernetes 1.20; the chart needs >= 1.30 (we test on 1.36).
+KUBE = ("--kube-version", KUBERNETES.version)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedP
 
 
 def template(helm: str, *sets: str) -> list[dict[str, Any]]:
-    args = ["template", "demo", str(CHART), "--namespace", "tritonllm-system"]
+    args = ["template", "demo", str(CHART), "--namespace", "tritonllm-system", *KUBE]
     for s in sets:
         args += ["--set", s]
     return [d for d in yaml.safe_load_all(run_helm(helm, *args).stdout) if d]
@@ -81,7 +83,7 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
 
 @pytest.mark.chart
 def test_template_refuses_replicas_without_peering(helm: str) -> None:
-    args = ["template", "demo", str(CHART), "--set", "settings.peering="]
+    args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering="]
     proc = run_helm(helm, *args, check=False)
     assert proc.returncode != 0 and "needs settings.peering" in proc.stderr
 

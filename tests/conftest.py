@@ -1,4 +1,5 @@
-"""Fixtures for the cluster tier: one local control plane per session, a namespace per test.
+"""Fixtures for the tiers that need Kubernetes (cluster, chart): one local control plane per
+session, a namespace per test.
 
 The binaries are built (or found in the cache) once, right after collection and before any test
 runs, so that a cold build (tens of minutes) does not count against a test's timeout. Tests never
