@@ -440,6 +440,8 @@ def test_operator_metrics_and_health(cluster: LocalCluster, namespace: str, tmp_
         wait_ready(cluster, namespace, "sigma")
         text = op.metrics()
         assert op.healthy()
+        assert op.metric("tritonllm_engine_builds_total", result="succeeded") >= 1
+        assert op.metric("tritonllm_deployments", condition="Available", status="True") == 1
     for name in (
         "tritonllm_reconciles_total",
         "tritonllm_reconcile_duration_seconds",
@@ -447,7 +449,4 @@ def test_operator_metrics_and_health(cluster: LocalCluster, namespace: str, tmp_
         "tritonllm_deployments",
     ):
         assert name in text, name
-    assert op.metric("tritonllm_engine_builds_total", result="succeeded") >= 1
-    assert op.metric("tritonllm_deployments", condition="Available", status="True") == 1
-    logs = op.logs()
-    assert f"{namespace}" in logs
+    assert f"[{namespace}/sigma]" in op.logs()  # per-object log lines
