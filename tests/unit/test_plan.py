@@ -19,6 +19,7 @@ from tritonllm.plan.reconcile import (
     plan,
     plan_deletion,
     plan_invalid,
+    unschedulable_message,
 )
 from tritonllm.render import naming, render_all
 
@@ -73,6 +74,7 @@ class World:
             secret_present=self.obs.get("secret_present"),
             gpu_nodes=self.obs.get("gpu_nodes"),
             mpi_secret_present=self.obs.get("mpi_secret_present"),
+            unschedulable=self.obs.get("unschedulable"),
         )
 
     def step(self) -> Plan:
@@ -397,3 +399,20 @@ def test_deletion_forgets_unused_engines_and_always_releases_the_finalizer() -> 
     body = {"metadata": {"name": "a", "finalizers": ["other/keep", FINALIZER]}}
     assert plan_deletion(body, ["a"]) == (True, ["other/keep"])
     assert plan_deletion(body, ["a", "b"]) == (False, ["other/keep"])
+
+
+def test_unschedulable_serving_pod_is_named_in_progressing() -> None:
+    pods = [{"metadata": {"name": "demo-abc", "labels": {c.LABEL_COMPONENT: "server"}},
+             "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+                                        "reason": "Unschedulable",
+                                        "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}]
+    assert "Insufficient nvidia.com/gpu" in unschedulable_message(pods)
+    w = World(unschedulable=unschedulable_message(pods))
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    w.step()
+    w.step()
+    prog = w.cond(c.COND_PROGRESSING)
+    assert prog["reason"] == "Unschedulable" and "nvidia.com/gpu" in prog["message"]

@@ -25,8 +25,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--examples", default="examples", help="directory of CRs (default: examples)")
     p.add_argument("--cluster", default="demo", help="local cluster name (default: demo)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for Ready")
-    p.add_argument("--keep", action="store_true",
-                   help="leave the cluster and operator running afterwards")
+    p.add_argument(
+        "--keep", action="store_true", help="leave the cluster and operator running afterwards"
+    )
     p.set_defaults(func=run)
 
 
@@ -41,40 +42,83 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from tritonllm.cluster.local import LocalCluster
+    from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec
+
+    DEMO_NODES = (
+        *DEFAULT_NODES,
+        NodeSpec("gpu-h100-2", gpus=8, product=H100),
+        NodeSpec("gpu-h100-3", gpus=8, product=H100),
+    )
 
     examples = sorted(Path(args.examples).glob("*.yaml"))
     if not examples:
         print(f"error: no examples in {args.examples}", file=sys.stderr)
         return 2
-    cluster = LocalCluster(name=args.cluster)
+    # Room for every example at once (the 70B one alone takes two 8-GPU nodes).
+    cluster = LocalCluster(name=args.cluster, nodes=DEMO_NODES)
     print(f"== local cluster '{args.cluster}' (binaries are built and cached on first use)")
     kubeconfig = cluster.up()
     print(f"   kubeconfig: {kubeconfig}")
     cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-    cluster.apply([
-        {"apiVersion": "v1", "kind": "Secret",
-         "metadata": {"name": "hf-token", "namespace": NAMESPACE},
-         "stringData": {"HF_TOKEN": "hf_demo_placeholder"}},
-        # The local cluster has no storage provisioner: a volume pre-bound to the claim.
-        {"apiVersion": "v1", "kind": "PersistentVolume",
-         "metadata": {"name": f"{NAMESPACE}-model-store"},
-         "spec": {"capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany"],
-                  "storageClassName": "", "hostPath": {"path": "/tmp/tritonllm-demo-store"},
-                  "claimRef": {"namespace": NAMESPACE, "name": "tritonllm-model-store"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": "tritonllm-model-store", "namespace": NAMESPACE},
-         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
-                  "resources": {"requests": {"storage": "2Ti"}}}},
-    ])
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "hf-token", "namespace": NAMESPACE},
+                "stringData": {"HF_TOKEN": "hf_demo_placeholder"},
+            },
+            # The local cluster has no storage provisioner: a volume pre-bound to the claim.
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{NAMESPACE}-model-store"},
+                "spec": {
+                    "capacity": {"storage": "2Ti"},
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "hostPath": {"path": "/tmp/tritonllm-demo-store"},
+                    "claimRef": {"namespace": NAMESPACE, "name": "tritonllm-model-store"},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "tritonllm-model-store", "namespace": NAMESPACE},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "resources": {"requests": {"storage": "2Ti"}},
+                },
+            },
+        ]
+    )
     log_path = cluster.state_dir / "operator.log"
     print(f"== operator (logs: {log_path})")
     with log_path.open("ab") as log:
         operator = subprocess.Popen(
-            [str(Path(sys.executable).with_name("tritonllm")), "run", "--standalone",
-             "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, "--bind-address", "127.0.0.1",
-             "--metrics-port", "0", "--health-port", "0", "--resync-seconds", "5",
-             "--tools-image", "ghcr.io/tritonllm/tritonllm:0.1.0"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(Path(sys.executable).with_name("tritonllm")),
+                "run",
+                "--standalone",
+                "--kubeconfig",
+                str(kubeconfig),
+                "-n",
+                NAMESPACE,
+                "--bind-address",
+                "127.0.0.1",
+                "--metrics-port",
+                "0",
+                "--health-port",
+                "0",
+                "--resync-seconds",
+                "5",
+                "--tools-image",
+                "ghcr.io/tritonllm/tritonllm:0.1.0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         print(f"== applying {len(examples)} examples to namespace {NAMESPACE}")
@@ -101,8 +145,10 @@ def run(args: argparse.Namespace) -> int:
             if len(ready_at) == len(applied):
                 break
             if operator.poll() is not None:
-                print(f"error: the operator exited ({operator.returncode}); see {log_path}",
-                      file=sys.stderr)
+                print(
+                    f"error: the operator exited ({operator.returncode}); see {log_path}",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(2)
         print("== apply-to-Ready")
@@ -110,13 +156,16 @@ def run(args: argparse.Namespace) -> int:
             took = ready_at.get(name)
             print(f"   {name:28s} {f'{took:.1f} s' if took is not None else 'NOT READY'}")
         print("== engine cache\n" + cluster.kubectl("get", "tllme", "-n", NAMESPACE).stdout)
-        print(f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,deploy,lws,jobs,svc -n "
-              f"{NAMESPACE}")
+        print(
+            f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,deploy,lws,jobs,svc -n {NAMESPACE}"
+        )
         return 0 if len(ready_at) == len(applied) else 1
     finally:
         if args.keep:
-            print(f"Left running (--keep). Stop with: tritonllm cluster down --name {args.cluster}"
-                  f"; kill {operator.pid}")
+            print(
+                f"Left running (--keep). Stop with: tritonllm cluster down --name {args.cluster}"
+                f"; kill {operator.pid}"
+            )
         else:
             os.killpg(operator.pid, signal.SIGTERM)
             operator.wait(timeout=30)

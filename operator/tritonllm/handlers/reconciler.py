@@ -26,6 +26,7 @@ from tritonllm.plan.reconcile import (
     plan,
     plan_deletion,
     plan_invalid,
+    unschedulable_message,
 )
 from tritonllm.render import Rendered, RenderOptions, naming, render_all, validate
 from tritonllm.render.pod import owner_references
@@ -214,6 +215,14 @@ class Reconciler:
                 "v1", "Pod", ns, labels={"job-name": job["metadata"]["name"]}
             )
 
+        unschedulable = None
+        desired, ready = (
+            (workload or {}).get("spec", {}).get("replicas", 1),
+            ((workload or {}).get("status") or {}).get("readyReplicas", 0),
+        )
+        if workload is not None and ready < desired:
+            pods = await self.kube.list("v1", "Pod", ns, labels={c.LABEL_INSTANCE: dep.name})
+            unschedulable = unschedulable_message(pods)
         mpi_secret_present = None
         if is_multi_node(dep):
             mpi_secret_present = (
@@ -221,6 +230,7 @@ class Reconciler:
             )
         return Observed(
             mpi_secret_present=mpi_secret_present,
+            unschedulable=unschedulable,
             now=now,
             store=store,
             secret_present=secret_present,

@@ -107,6 +107,18 @@ def _termination_message(pods: list[dict[str, Any]]) -> str:
     return ""
 
 
+def unschedulable_message(pods: list[dict[str, Any]]) -> str | None:
+    """The scheduler's message for the first serving pod it cannot place (GPUs, affinity)."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, "worker"):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return f"{pod['metadata']['name']}: {cond.get('message', '')}".strip()
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Observed:
     """Everything the planner needs, read from the API server by the handlers."""
@@ -127,6 +139,8 @@ class Observed:
     repo_revisions: list[str] = dataclasses.field(default_factory=list)
     # Multi node only: whether the per-deployment MPI SSH key Secret exists (None: not needed).
     mpi_secret_present: bool | None = None
+    # Why a serving pod cannot be scheduled (the scheduler's message), if one cannot.
+    unschedulable: str | None = None
 
 
 @dataclasses.dataclass
@@ -403,15 +417,12 @@ def plan(body: dict[str, Any], dep: TritonLLMDeployment, rendered: Rendered, obs
             reason = "WritingRepository"
         elif not (serving_target and done):
             what = "rolling out" if obs.workload else "starting"
-            conds.append(
-                Cond(
-                    c.COND_PROGRESSING,
-                    "True",
-                    "RollingOut",
-                    f"{what}: {updated}/{desired} replicas updated, {ready} ready",
-                )
-            )
             reason = "RollingOut"
+            message = f"{what}: {updated}/{desired} replicas updated, {ready} ready"
+            if obs.unschedulable:
+                reason = "Unschedulable"
+                message += f"; a serving pod cannot be scheduled: {obs.unschedulable}"
+            conds.append(Cond(c.COND_PROGRESSING, "True", reason, message))
         else:
             conds.append(
                 Cond(
