@@ -38,6 +38,35 @@ def _ready(item: dict[str, Any]) -> bool:
     return False
 
 
+def _multi_node(obj: dict[str, Any]) -> bool:
+    from tritonllm.api.deployment import parse_deployment
+    from tritonllm.render.serving import is_multi_node
+
+    return is_multi_node(parse_deployment(obj))
+
+
+def _wait_scheduled(cluster: Any, names: list[str], timeout: float = 120) -> None:
+    """Until every serving pod of these deployments is bound to a node."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pods = cluster.kubectl_json(
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "app.kubernetes.io/instance in (" + ",".join(names) + ")",
+        )
+        serving = [
+            p
+            for p in pods["items"]
+            if p["metadata"]["labels"].get("app.kubernetes.io/component") in ("server", "worker")
+        ]
+        if serving and all(p["spec"].get("nodeName") for p in serving):
+            return
+        time.sleep(1)
+
+
 def run(args: argparse.Namespace) -> int:
     import yaml
 
@@ -121,13 +150,19 @@ def run(args: argparse.Namespace) -> int:
             start_new_session=True,
         )
     try:
-        print(f"== applying {len(examples)} examples to namespace {NAMESPACE}")
+        # Multi-node examples first: they need whole free nodes, and the scheduler's default
+        # spreading would otherwise scatter the small deployments over every GPU node.
+        objs = [yaml.safe_load(path.read_text()) for path in examples]
+        waves = [[o for o in objs if _multi_node(o)], [o for o in objs if not _multi_node(o)]]
+        print(f"== applying {len(objs)} examples to namespace {NAMESPACE}")
         applied: dict[str, float] = {}
-        for path in examples:
-            obj = yaml.safe_load(path.read_text())
-            obj["metadata"]["namespace"] = NAMESPACE
-            cluster.apply([obj])
-            applied[obj["metadata"]["name"]] = time.monotonic()
+        for wave in waves:
+            for obj in wave:
+                obj["metadata"]["namespace"] = NAMESPACE
+                cluster.apply([obj])
+                applied[obj["metadata"]["name"]] = time.monotonic()
+            if wave is waves[0] and wave:
+                _wait_scheduled(cluster, [o["metadata"]["name"] for o in wave])
         ready_at: dict[str, float] = {}
         deadline = time.monotonic() + args.timeout
         tty = sys.stdout.isatty()
