@@ -175,3 +175,11 @@ def test_multi_node_pods_mount_the_ssh_keys_outside_the_plan_mount() -> None:
     mounts = {m["mountPath"] for m in container(lws, template="leaderTemplate")["volumeMounts"]}
     assert "/etc/tritonllm-ssh" in mounts and c.PLAN_MOUNT in mounts
     assert r.launch_plan["ssh"]["keyDir"] == "/etc/tritonllm-ssh"
+
+
+def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
+    r = render_all(dep({"model": {"tokenizer": {"source": "hf://org/tok"}}}))
+    step = r.build_plan["steps"][1]
+    assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
+                    "revision": "main", "localDir": "/store/models/hf/org/tok/main",
+                    "tokenEnv": None}

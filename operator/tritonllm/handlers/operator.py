@@ -108,22 +108,13 @@ def _owner_instances(body: dict[str, Any]) -> list[str]:
     ]
 
 
-async def _by_engine_key(namespace: str, key: str) -> list[str]:
-    items = await reconciler().kube.list(c.API_VERSION, c.KIND, namespace)
-    return [
-        i["metadata"]["name"]
-        for i in items
-        if ((i.get("status") or {}).get("engine") or {}).get("key") == key
-    ]
-
-
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
     """A build Job is shared by every deployment with its engine key; a repository Job has one."""
     labels = body["metadata"].get("labels") or {}
     names = set(_owner_instances(body))
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
-        names |= set(await _by_engine_key(namespace, labels[c.LABEL_ENGINE_KEY]))
+        names |= set(await reconciler().deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
     for n in names:
         reconciler().request(namespace, n)
 

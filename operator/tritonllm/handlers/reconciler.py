@@ -308,19 +308,21 @@ class Reconciler:
         }
         self._publish_conditions()
 
+    async def deployments_using(self, namespace: str, key: str) -> list[str]:
+        """Names of the deployments whose status says they use engine `key`."""
+        items = await self.kube.list(c.API_VERSION, c.KIND, namespace)
+        return [
+            i["metadata"]["name"]
+            for i in items
+            if ((i.get("status") or {}).get("engine") or {}).get("key") == key
+        ]
+
     async def _finalize(self, body: dict[str, Any], logger: logging.LoggerAdapter[Any]) -> None:
         """engineRetention Delete: forget the engine if no other deployment uses it, then release
         the finalizer — in this pass, even if forgetting failed (deletion is never blocked)."""
         meta = body["metadata"]
         key = ((body.get("status") or {}).get("engine") or {}).get("key")
-        users: list[str] = []
-        if key:
-            items = await self.kube.list(c.API_VERSION, c.KIND, meta["namespace"])
-            users = [
-                i["metadata"]["name"]
-                for i in items
-                if ((i.get("status") or {}).get("engine") or {}).get("key") == key
-            ]
+        users = await self.deployments_using(meta["namespace"], key) if key else []
         forget, finalizers = plan_deletion(body, users)
         if key and forget:
             try:

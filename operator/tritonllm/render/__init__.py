@@ -10,7 +10,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
-from tritonllm.triton.build import build_gpus, build_plan, download_plan
+from tritonllm.triton.build import build_gpus, build_plan, download_plan, download_step
 from tritonllm.triton.launch import LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
@@ -121,7 +121,16 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         gpus = build_gpus(spec)
     tok = naming.tokenizer_dir(dep)
     if spec.model.tokenizer.source:
-        bplan["steps"].insert(1, {**_tokenizer_download(dep), "localDir": tok})
+        bplan["steps"].insert(
+            1,
+            download_step(
+                spec,
+                weights_dir=tok,
+                source=spec.model.tokenizer.source,
+                revision="main",
+                name="download-tokenizer",
+            ),
+        )
 
     repo_files = render_repository(dep, engine_dir=e_dir, tokenizer_dir=tok)
     # The repository key covers the files and what the launch plan depends on.
@@ -183,16 +192,3 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         endpoint=serving.endpoint(dep, opts),
         selector=naming.selector_string(dep),
     )
-
-
-def _tokenizer_download(dep: TritonLLMDeployment) -> dict[str, Any]:
-    src = dep.spec.model.tokenizer.source or ""
-    if src.startswith("hf://"):
-        return {
-            "name": "download-tokenizer",
-            "kind": "huggingface",
-            "repo": src.removeprefix("hf://"),
-            "revision": "main",
-            "tokenEnv": "HF_TOKEN" if dep.spec.model.credentials else None,
-        }
-    return {"name": "download-tokenizer", "kind": "local"}

@@ -163,19 +163,27 @@ def build_gpus(spec: TritonLLMDeploymentSpec) -> int:
     return min(spec.world_size, spec.gpu.perNode)
 
 
-def download_step(spec: TritonLLMDeploymentSpec, *, weights_dir: str) -> dict[str, Any]:
-    """Fetch the checkpoint: from the Hub into the store, or check it exists on a PVC."""
-    source = spec.model.source
+def download_step(
+    spec: TritonLLMDeploymentSpec,
+    *,
+    weights_dir: str,
+    source: str | None = None,
+    revision: str | None = None,
+    name: str = "download",
+) -> dict[str, Any]:
+    """Fetch a checkpoint (the model's, or another `source` such as a separate tokenizer): from
+    the Hub into the store, or check it exists on a PVC."""
+    source = source or spec.model.source
     if source.startswith("hf://"):
         return {
-            "name": "download",
+            "name": name,
             "kind": "huggingface",
             "repo": source.removeprefix("hf://"),
-            "revision": spec.model.revision,
+            "revision": revision or spec.model.revision,
             "localDir": weights_dir,
             "tokenEnv": "HF_TOKEN" if spec.model.credentials else None,
         }
-    return {"name": "download", "kind": "local", "localDir": weights_dir}
+    return {"name": name, "kind": "local", "localDir": weights_dir}
 
 
 def build_plan(
