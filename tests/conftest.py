@@ -6,7 +6,10 @@ runs, so that a cold build (tens of minutes) does not count against a test's tim
 skip for lack of binaries: they build them.
 
 ``TRITONLLM_TEST_CLUSTER`` picks the cluster name (default ``pytest``). A cluster that already
-runs under that name is reused and left running; one started here is stopped at session end.
+runs under that name is reused and left running; one started here is stopped at session end, and
+the teardown checks that nothing of it is left on the host (processes, mounts, cgroups, the
+bridge, veths, iptables rules). The cluster has a real node (kubelet + containerd) beside the
+kwok nodes; ``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests then fail).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from types import FrameType
 
 import pytest
 
+from tritonllm.cluster import host
 from tritonllm.cluster.build import ensure_all
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import fresh_namespace
@@ -49,7 +53,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     """The running local cluster: ``.kubeconfig``, ``.kubectl(*args)``, ``.apply(objs)``..."""
-    instance = LocalCluster(name=os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest"))
+    real = os.environ.get("TRITONLLM_TEST_REAL_NODE", "1") != "0"
+    instance = LocalCluster(name=os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest"), real_node=real)
     started = not instance.is_running()
     previous = signal.getsignal(signal.SIGTERM)
     if started:
@@ -66,6 +71,9 @@ def cluster() -> Iterator[LocalCluster]:
             assert not left, f"cluster processes survived teardown: {left}"
             strays = instance.stray_processes()
             assert not strays, f"processes of the test cluster left running: {strays}"
+            assert not instance.host_problems, instance.host_problems
+            leftovers = host.leftovers(instance.state_dir)
+            assert not leftovers, f"left on the host after `down`: {leftovers}"
 
 
 @pytest.fixture

@@ -121,7 +121,96 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setenv("TRITONLLM_CACHE", str(tmp_path))
     assert cache_root() == tmp_path
     assert KUBERNETES.bindir == tmp_path / "bin" / f"k8s-{KUBERNETES.version}"
-    assert {c.name for c in COMPONENTS} == {"k8s", "etcd", "kwok", "lws", "helm"}
+    assert {c.name for c in COMPONENTS} == {
+        "k8s",
+        "etcd",
+        "kwok",
+        "lws",
+        "helm",  # the control plane
+        "containerd",
+        "coredns",
+        "registry",
+        "local-path",
+        "pause",  # the real node
+    }
     assert main(["--list"]) == 0
     with pytest.raises(SystemExit):
         main(["nonsense"])
+
+
+# ---- the real node: configuration is pure and checked here; running it is tests/cluster --------
+
+
+def test_real_node_configs_keep_traffic_inside_the_cluster(tmp_path: Path) -> None:
+    import tomllib
+
+    from tritonllm.cluster import host, node
+
+    paths = node.NodePaths(tmp_path / "node")
+    cni = node.cni_conflist(paths)
+    bridge = cni["plugins"][0]
+    assert bridge["bridge"] == host.BRIDGE and bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"] == [[{"subnet": host.POD_SUBNET, "gateway": host.GATEWAY}]]
+    corefile = node.corefile(tmp_path / "kc", 1, 2)
+    assert "forward" not in corefile  # nothing is ever resolved outside this machine
+    assert f"bind {host.GATEWAY}" in corefile
+    containerd = tomllib.loads(node.containerd_config(paths))
+    assert containerd["grpc"]["address"] == str(paths.containerd_sock)
+    runtime = containerd["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["containerd"]["runtimes"]["crun"]["options"]["BinaryName"] == host.CRUN
+    images = containerd["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == node.PAUSE_IMAGE
+    kubelet = node.kubelet_config(paths, tmp_path / "ca.crt", 10250, 10248, tmp_path / "r")
+    assert kubelet["failCgroupV1"] is False and kubelet["address"] == host.GATEWAY
+    assert kubelet["healthzBindAddress"] == "127.0.0.1" and kubelet["readOnlyPort"] == 0
+    proxy = node.kube_proxy_config(tmp_path / "kc", 1, 2)
+    assert proxy["healthzBindAddress"].startswith("127.0.0.1:")
+    assert proxy["conntrack"]["maxPerCore"] == 0  # host conntrack sysctls untouched
+
+
+def test_confinement_rules_allow_only_cluster_ranges() -> None:
+    from tritonllm.cluster import host
+
+    rules = host._confine_rules([host.POD_SUBNET, "10.96.0.0/16"])
+    assert rules[-1] == ["-j", "DROP"]
+    assert [r[1] for r in rules[:-1]] == [host.POD_SUBNET, "10.96.0.0/16"]
+
+
+def test_missing_crun_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tritonllm.cluster import host
+
+    monkeypatch.setattr(host.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(host, "CRUN", "/nonexistent/crun")
+    with pytest.raises(host.HostError) as exc:
+        host.check_host()
+    message = str(exc.value)
+    assert "\n" not in message
+    assert "/nonexistent/crun not found" in message and "apt-get install crun" in message
+
+
+def test_missing_cgroup_controller_is_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tritonllm.cluster import host
+
+    monkeypatch.setattr(host.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(host, "CGROUP_FS", tmp_path)  # no controller mounted there
+    if not (
+        os.access(host.CRUN, os.X_OK)
+        and all((host.CNI_BIN_DIR / p).is_file() for p in host.CNI_PLUGINS)
+    ):
+        monkeypatch.setattr(host, "CRUN", "/bin/sh")
+        monkeypatch.setattr(host, "CNI_BIN_DIR", tmp_path)
+        for plugin in host.CNI_PLUGINS:
+            (tmp_path / plugin).write_text("")
+    with pytest.raises(host.HostError) as exc:
+        host.check_host()
+    assert "cgroup v1 controllers" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_non_root_cannot_start_a_real_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tritonllm.cluster import host
+
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
+    with pytest.raises(host.HostError, match="needs root"):
+        host.check_host()

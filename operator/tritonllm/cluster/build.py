@@ -11,6 +11,10 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   version ldflags are stamped (kwok, helm and kopf read ``/version``).
 - etcd: the same trick (its server module has replace directives too), with a smaller wrapper.
 - kwok, LeaderWorkerSet and helm have clean go.mod files: plain ``go install pkg@version``.
+- The real node: kubelet and kube-proxy join the Kubernetes wrapper build; containerd (its
+  ``containerd``, ``containerd-shim-runc-v2`` and ``ctr``, with kind's build tags), CoreDNS, the
+  distribution registry and local-path-provisioner are plain ``go install``; the pause binary is
+  compiled with gcc from the Kubernetes module's ``build/pause/linux/pause.c`` (static).
 
 Every component lands in ``~/.cache/tritonllm/bin/<component>-<version>/`` (see
 :mod:`tritonllm.cluster.versions`), written through a temporary directory and moved in place, so a
@@ -40,12 +44,17 @@ from pathlib import Path
 
 from tritonllm.cluster.versions import (
     COMPONENTS,
+    CONTAINERD,
+    COREDNS,
     ETCD,
     HELM,
     KUBERNETES,
     KWOK,
+    LOCAL_PATH,
     LWS,
     LWS_CRD_FILES,
+    PAUSE,
+    REGISTRY,
     Component,
     cache_root,
 )
@@ -61,7 +70,13 @@ KUBERNETES_PACKAGES = {
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
 }
+
+#: containerd's build tags, as kind builds it: no storage drivers that need cgo or kernel bits
+#: this machine lacks (btrfs, zfs, devmapper, aufs).
+CONTAINERD_TAGS = "no_aufs,no_zfs,no_btrfs,no_devmapper"
 
 
 class BuildError(RuntimeError):
@@ -315,24 +330,27 @@ def _build_in_wrapper(
 
 def _go_install(
     component: Component,
-    package: str,
+    package: str | Sequence[str],
     log: Path,
     progress: Progress,
     *,
     ldflags: str = "-s -w",
+    tags: str = "",
 ) -> None:
+    packages = [package] if isinstance(package, str) else list(package)
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         env = go_env()
         env["GOBIN"] = tmp
-        progress(f"  {component.name} {component.version}: go install {package}")
+        progress(f"  {component.name} {component.version}: go install {' '.join(packages)}")
         _run(
             [
                 _go(),
                 "install",
                 "-v",
                 "-trimpath",
+                *([f"-tags={tags}"] if tags else []),
                 f"-ldflags={ldflags}",
-                f"{package}@{component.version}",
+                *(f"{p}@{component.version}" for p in packages),
             ],
             label=f"go install {component.name} {component.version}",
             log=log,
@@ -365,6 +383,44 @@ def _build_lws(component: Component, missing: list[str], log: Path, progress: Pr
             os.replace(dest.with_suffix(".tmp"), dest)
 
 
+def _build_pause(component: Component, log: Path, progress: Progress) -> None:
+    """The pod sandbox binary, from the Kubernetes module's own source (static, as upstream)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if not gcc:
+        raise BuildError("gcc is not on PATH (needed to compile the pod sandbox `pause` binary)")
+    with tempfile.TemporaryDirectory() as mod:
+        Path(mod, "go.mod").write_text("module local.test/pausesrc\n\ngo 1.26\n")
+        info = _module_info(
+            f"k8s.io/kubernetes@{KUBERNETES.version}", cwd=Path(mod), log=log, progress=progress
+        )
+    source = Path(info["Dir"]) / "build" / "pause" / "linux" / "pause.c"
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        _run(
+            [
+                gcc,
+                "-Os",
+                "-Wall",
+                "-Werror",
+                "-static",
+                f"-DVERSION=v{component.version}-tritonllm",
+                "-o",
+                f"{tmp}/pause",
+                str(source),
+            ],
+            label="gcc pause.c",
+            log=log,
+            progress=progress,
+        )
+        _install_outputs(component, Path(tmp))
+
+
+def _build_containerd(component: Component, log: Path, progress: Progress) -> None:
+    mod = "github.com/containerd/containerd/v2"
+    ldflags = f"-s -w -X {mod}/version.Version={component.version.removeprefix('v')}"
+    packages = [f"{mod}/cmd/{b}" for b in component.binaries]
+    _go_install(component, packages, log, progress, ldflags=ldflags, tags=CONTAINERD_TAGS)
+
+
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
     """Build ``component`` if anything of it is missing; return True when it built something."""
     if not component.missing():
@@ -390,6 +446,21 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
         elif component is HELM:
             ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={component.version}"
             _go_install(component, "helm.sh/helm/v3/cmd/helm", log, progress, ldflags=ldflags)
+        elif component is CONTAINERD:
+            _build_containerd(component, log, progress)
+        elif component is COREDNS:
+            _go_install(component, "github.com/coredns/coredns", log, progress)
+        elif component is REGISTRY:
+            pkg = "github.com/distribution/distribution/v3"
+            ldflags = f"-s -w -X {pkg}/version.version={component.version}"
+            _go_install(component, f"{pkg}/cmd/registry", log, progress, ldflags=ldflags)
+        elif component is LOCAL_PATH:
+            _go_install(component, "github.com/rancher/local-path-provisioner", log, progress)
+            built = component.bindir / "local-path-provisioner"
+            if not built.exists():  # go install names it after the module's last element
+                raise BuildError(f"local-path-provisioner binary missing in {component.bindir}")
+        elif component is PAUSE:
+            _build_pause(component, log, progress)
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"no recipe for {component.key}")
         still = component.missing()

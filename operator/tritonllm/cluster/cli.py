@@ -13,13 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from tritonllm.cluster.build import BuildError, ensure_all
+from tritonllm.cluster.host import BRIDGE, GATEWAY_CIDR
 from tritonllm.cluster.local import DEFAULT_NAME, ClusterError, LocalCluster, default_crd_dirs
+from tritonllm.cluster.node import (
+    NODE_NAME,
+    REGISTRY_ADDR,
+    STANDIN_GPUS,
+    STANDIN_PRODUCT,
+    TAINT_KEY,
+)
 from tritonllm.cluster.versions import COMPONENTS
 
 
 def _cluster(args: argparse.Namespace) -> LocalCluster:
     crds = [Path(p) for p in args.crds] if args.crds else default_crd_dirs()
-    return LocalCluster(name=args.name, state_dir=args.state_dir, crd_dirs=crds)
+    real = not getattr(args, "no_real_node", True)
+    return LocalCluster(name=args.name, state_dir=args.state_dir, crd_dirs=crds, real_node=real)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -34,9 +43,13 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    left = _cluster(args).down(purge=args.purge)
+    cluster = _cluster(args)
+    left = cluster.down(purge=args.purge)
     if left:
         print(f"error: processes still alive: {left}", file=sys.stderr)
+        return 1
+    if cluster.host_problems:
+        print(f"error: host changes not undone: {cluster.host_problems}", file=sys.stderr)
         return 1
     return 0
 
@@ -50,6 +63,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  {name:25} pid {pid:<8} {'alive' if alive else 'dead'}")
     for listener in status.listeners:
         print(f"  listening {listener}")
+    if "kubelet" in status.processes:
+        print(f"real node  {NODE_NAME} (taint {TAINT_KEY}, {STANDIN_GPUS}x {STANDIN_PRODUCT})")
+        print(f"registry   {REGISTRY_ADDR}")
+        print(f"bridge     {BRIDGE} {GATEWAY_CIDR}")
     for comp in COMPONENTS:
         missing = comp.missing()
         state = "cached" if not missing else "missing: " + ", ".join(missing)
@@ -100,6 +117,11 @@ def add_parser(subparsers: Any) -> None:
     up = verbs.add_parser("up", help="build missing binaries, start, print the kubeconfig path")
     common(up)
     up.add_argument("--no-build", action="store_true", help="fail instead of building binaries")
+    up.add_argument(
+        "--no-real-node",
+        action="store_true",
+        help="kwok nodes only: no kubelet, containerd, registry, CoreDNS (no root needed)",
+    )
     up.add_argument("--timeout", type=float, default=180, help="start-up timeout in seconds")
     up.set_defaults(func=_up)
 

@@ -40,8 +40,9 @@ from typing import Any
 
 import yaml
 
-from tritonllm.cluster import procs
+from tritonllm.cluster import procs, realnode
 from tritonllm.cluster.build import ensure_all
+from tritonllm.cluster.host import HostError
 from tritonllm.cluster.manifests import (
     DEFAULT_NODES,
     NodeSpec,
@@ -52,6 +53,7 @@ from tritonllm.cluster.manifests import (
 from tritonllm.cluster.pki import Pki, ensure_pki
 from tritonllm.cluster.versions import (
     COMPONENTS,
+    CONTROL_PLANE,
     ETCD,
     KUBERNETES,
     KWOK,
@@ -124,6 +126,13 @@ class Ports:
     controller_manager: int = 0
     scheduler: int = 0
     lws_webhook: int = 0
+    # The real node (kubelet on the bridge gateway, the rest on loopback).
+    kubelet: int = 0
+    kubelet_healthz: int = 0
+    proxy_healthz: int = 0
+    proxy_metrics: int = 0
+    coredns_health: int = 0
+    coredns_ready: int = 0
 
     def allocate(self) -> None:
         taken: set[int] = set()
@@ -165,8 +174,17 @@ class LocalCluster:
         crd_dirs: Sequence[Path] | None = None,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
         progress: Progress = _stderr,
+        real_node: bool = False,
     ) -> None:
         self.name = name
+        #: Start a real node (kubelet, containerd, ...) beside the kwok nodes (see realnode.py).
+        self.real_node = real_node
+        self._processes: dict[str, ProcessState] = {}
+        self._deadline = 0.0
+        #: Host changes ``down`` could not undo (empty after a clean teardown).
+        self.host_problems: list[str] = []
+        #: Image references pushed to the local registry by the last ``up`` (name -> reference).
+        self.images: dict[str, str] = {}
         self.state_dir = (state_dir or cache_root() / "cluster" / name).resolve()
         self.crd_dirs = list(default_crd_dirs() if crd_dirs is None else crd_dirs)
         self.nodes = tuple(nodes)
@@ -242,11 +260,14 @@ class LocalCluster:
     def is_running(self) -> bool:
         """All processes alive and the API server ready."""
         _, processes = self._load_state()
-        if set(processes) != set(PROCESS_ORDER) or not all(
-            self._ours(p) for p in processes.values()
-        ):
+        expected = set(PROCESS_ORDER) | (set(realnode.PROCESSES) if self.real_node else set())
+        if set(processes) != expected or not all(self._ours(p) for p in processes.values()):
             return False
         return self._apiserver_ready()
+
+    def has_real_node(self) -> bool:
+        """The running cluster has a real node (whatever this object was created with)."""
+        return "kubelet" in self.pids()
 
     def status(self) -> ClusterStatus:
         _, processes = self._load_state()
@@ -322,7 +343,7 @@ class LocalCluster:
         A no-op when it already runs; a partly running cluster is stopped and started afresh.
         """
         if build:
-            ensure_all(COMPONENTS, self.progress)
+            ensure_all(COMPONENTS if self.real_node else CONTROL_PLANE, self.progress)
         else:
             # Only what the cluster runs; helm is built for the chart tests but not needed here.
             missing = {c.key: c.missing() for c in (KUBERNETES, ETCD, KWOK, LWS) if c.missing()}
@@ -333,8 +354,15 @@ class LocalCluster:
         if self.is_running():
             self.progress(f"cluster {self.name!r} already running: {self.server()}")
             return self.kubeconfig
-        if self.pids():
+        if self.pids() or (self.state_dir / "host.json").exists():
             self.down()
+        node = None
+        if self.real_node:
+            node = realnode.RealNode(self, Ports())
+            try:
+                node.preflight()
+            except (realnode.NodeError, HostError) as exc:
+                raise ClusterError(str(exc)) from exc
         start = self._t0 = time.monotonic()
         deadline = start + timeout
         for d in (self.state_dir, self.logs_dir, self._run_dir):
@@ -343,6 +371,7 @@ class LocalCluster:
         ports, _ = self._load_state()
         ports.allocate()
         processes: dict[str, ProcessState] = {}
+        self._processes = processes
         self._save_state(ports, processes)
         self._write_kubeconfig(pki, ports)
         try:
@@ -377,6 +406,14 @@ class LocalCluster:
             self._wait(
                 self._default_sa, "default ServiceAccount (controller-manager)", deadline, processes
             )
+            if node is not None:
+                node.ports = ports
+                self._deadline = deadline
+                node.start_registry()
+                self._push_images()
+                self._deadline = max(deadline, time.monotonic() + timeout)
+                node.start(SERVICE_CIDR)
+                self._mark(f"real node {realnode.NODE_NAME} Ready")
         except BaseException:
             self.progress(f"cluster {self.name!r} failed to start; logs in {self.logs_dir}")
             self.down()
@@ -391,6 +428,18 @@ class LocalCluster:
         _, processes = self._load_state()
         ours = [p for p in processes.values() if self._ours(p)]
         left: list[int] = []
+        real = (self.state_dir / "host.json").exists() or "kubelet" in processes
+        # The real node first: its processes, then its containers (and shims), then containerd
+        # and the registry; host changes are undone once nothing uses them.
+        if real:
+            left += procs.terminate([p.pid for p in ours if p.name in realnode.STOP_FIRST], 10)
+            node = realnode.RealNode(self, Ports())
+            node.kill_containers()
+            left += procs.terminate([p.pid for p in ours if p.name in realnode.STOP_LAST], 10)
+            left += procs.terminate(self.stray_processes(), timeout=5)  # containerd shims
+            self.host_problems = node.cleanup()
+            for problem in self.host_problems:
+                self.progress(f"warning: {problem}")
         # In dependency order: the API server's graceful shutdown writes to etcd (it deletes its
         # lease) and hangs when etcd is gone, so clients go first, then the API server, then etcd.
         for phase in STOP_PHASES:
@@ -413,6 +462,23 @@ class LocalCluster:
         return left
 
     # ---- starting processes ------------------------------------------------------------------
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start a process of this cluster (recorded in state.json, stopped by ``down``)."""
+        self._spawn(name, argv, self._processes, env)
+
+    def wait_for(self, probe: Callable[[], bool], what: str) -> None:
+        """Wait for ``probe`` within the current ``up`` deadline, failing if a process died."""
+        self._wait(probe, what, self._deadline, self._processes)
+
+    def _push_images(self) -> None:
+        """Images the real node needs (pause, busybox helper, ...) into the local registry."""
+        from tritonllm.cluster import images  # lazy: image builds are only for real nodes
+
+        try:
+            self.images = images.ensure_images(realnode.REGISTRY_ADDR, self.progress)
+        except images.ImageError as exc:
+            raise ClusterError(str(exc)) from exc
 
     def _spawn(
         self,

@@ -14,6 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonllm.cluster.host import GATEWAY
+from tritonllm.cluster.node import NODE_NAME
+
 #: Days the throw-away certificates are valid.
 VALID_DAYS = 3650
 
@@ -52,6 +55,15 @@ class Pki:
         return self.root / "admin.key"
 
     @property
+    def node_crt(self) -> Path:
+        """Client certificate of the real node's kubelet (``system:node:<name>``)."""
+        return self.root / "node.crt"
+
+    @property
+    def node_key(self) -> Path:
+        return self.root / "node.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.root / "sa.key"
 
@@ -72,6 +84,8 @@ class Pki:
             self.apiserver_key,
             self.admin_crt,
             self.admin_key,
+            self.node_crt,
+            self.node_key,
             self.sa_key,
             self.sa_pub,
             self.webhook_dir / "tls.crt",
@@ -157,7 +171,8 @@ def ensure_pki(root: Path) -> Pki:
         pki,
         root / "apiserver",
         "/CN=kube-apiserver",
-        f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},IP:{GATEWAY},DNS:localhost,"
+        "DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
         + server_ext,
     )
@@ -165,6 +180,12 @@ def ensure_pki(root: Path) -> Pki:
         pki,
         root / "admin",
         "/CN=tritonllm-admin/O=system:masters",
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth",
+    )
+    _signed_cert(
+        pki,
+        root / "node",
+        f"/CN=system:node:{NODE_NAME}/O=system:nodes",
         "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth",
     )
     pki.webhook_dir.mkdir(exist_ok=True)

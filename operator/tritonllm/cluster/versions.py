@@ -10,6 +10,16 @@ Why these versions (Go 1.26 on the build machine):
 - kwok v0.8.0: built against the 1.36 libraries.
 - LeaderWorkerSet v0.9.0: newest release the module proxy serves (v0.10.0's zip is refused).
 - helm v3.22.0: newest v3 release; its go.mod asks for Go 1.26.0.
+
+The real node (kubelet and kube-proxy come from the Kubernetes build above):
+- containerd v2.4.2: newest 2.x on the module proxy; Debian's 1.6 is end of life and lacks the
+  CRI ``RuntimeConfig`` call that kubelet 1.37 will require.
+- CoreDNS v1.15.0, distribution (the ``registry``) v3.1.2, local-path-provisioner v0.0.30: newest
+  the module proxy serves, all plain ``go install`` modules.
+- pause 3.10.2: the sandbox image kubeadm 1.36 pins, compiled from the Kubernetes module's
+  ``build/pause/linux/pause.c`` (no container registry is reachable to pull it).
+- crun and the CNI plugins come from Debian (``apt-get install crun containernetworking-plugins``):
+  crun 1.8.1 is the measured OCI runtime on hybrid cgroups, the CNI plugins are 1.1.1.
 """
 
 from __future__ import annotations
@@ -23,6 +33,11 @@ ETCD_VERSION = "v3.6.8"
 KWOK_VERSION = "v0.8.0"
 LWS_VERSION = "v0.9.0"
 HELM_VERSION = "v3.22.0"
+CONTAINERD_VERSION = "v2.4.2"
+COREDNS_VERSION = "v1.15.0"
+REGISTRY_VERSION = "v3.1.2"
+LOCAL_PATH_VERSION = "v0.0.30"
+PAUSE_VERSION = "3.10.2"
 
 #: CRD files (``config/crd/bases/`` of the LWS module) that the cluster installs. The controller
 #: also watches DisaggregatedSets, so that CRD must exist too or its manager fails to start.
@@ -73,11 +88,30 @@ class Component:
 KUBERNETES = Component(
     "k8s",
     KUBERNETES_VERSION,
-    ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+    (
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+        "kubelet",
+        "kube-proxy",
+    ),
 )
 ETCD = Component("etcd", ETCD_VERSION, ("etcd",))
 KWOK = Component("kwok", KWOK_VERSION, ("kwok",))
 LWS = Component("lws", LWS_VERSION, ("lws",), files=LWS_CRD_FILES)
 HELM = Component("helm", HELM_VERSION, ("helm",))
 
-COMPONENTS: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
+CONTAINERD = Component(
+    "containerd", CONTAINERD_VERSION, ("containerd", "containerd-shim-runc-v2", "ctr")
+)
+COREDNS = Component("coredns", COREDNS_VERSION, ("coredns",))
+REGISTRY = Component("registry", REGISTRY_VERSION, ("registry",))
+LOCAL_PATH = Component("local-path", LOCAL_PATH_VERSION, ("local-path-provisioner",))
+PAUSE = Component("pause", PAUSE_VERSION, ("pause",))
+
+#: What the control plane needs (kwok nodes only).
+CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
+#: What a real node adds (container runtime, DNS, registry, storage, the sandbox image).
+REAL_NODE: tuple[Component, ...] = (CONTAINERD, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
+COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE

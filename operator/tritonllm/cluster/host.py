@@ -1,0 +1,293 @@
+"""What a real node changes on the host, and how ``down`` puts it back.
+
+The real node's containers run on this machine, so the cluster touches the host in a few places.
+Every change is made here, recorded in the node's state file and undone by ``down``:
+
+- **cgroups**: the VM boots with hybrid cgroups (v1 controllers, an empty cgroup2 at
+  ``/sys/fs/cgroup/unified`` that holds only ``hugetlb``). crun refuses a cgroup2 tree that has
+  controllers in it, so ``hugetlb`` is moved to its own v1 hierarchy at
+  ``/sys/fs/cgroup/hugetlb`` (unmounted again by ``down``). Decision: stay hybrid and run kubelet
+  with ``failCgroupV1: false`` rather than switching the VM to pure cgroup v2, which would need a
+  reboot with other kernel arguments and would change the host for every other program.
+  Every pod cgroup lives under ``/<CGROUP_ROOT>`` in each hierarchy; ``down`` kills what is left
+  there and removes the directories.
+- **network**: one bridge (``BRIDGE``, gateway ``GATEWAY`` of ``POD_SUBNET``) that the cluster
+  creates and deletes; IP forwarding is switched on **for that bridge only**
+  (``net.ipv4.conf.<bridge>.forwarding``), never globally; IPv6 is off on it. No masquerade and
+  no route towards the outside are added. A ``raw``-table chain drops every packet that enters
+  from the bridge unless it is addressed to the pod subnet or the Service range (checked before
+  any NAT, so kube-proxy's rules cannot bypass it); ip6tables drops all IPv6 from the bridge.
+- **mounts**: volumes, overlay snapshots and network namespaces are mounted under the cluster's
+  state directory only; ``down`` unmounts whatever is still mounted there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The bridge the real node's pods attach to, its gateway address and subnet. Chosen away from
+#: kwok's fake pod IPs (10.244.0.0/16) and the Service range (10.96.0.0/16).
+BRIDGE = "tllm0"
+POD_SUBNET = "10.88.0.0/24"
+GATEWAY = "10.88.0.1"
+GATEWAY_CIDR = "10.88.0.1/24"
+#: Chain names of the confinement rules (``raw`` table of iptables and ip6tables).
+CONFINE_CHAIN = "TRITONLLM-CONFINE"
+#: Parent cgroup of every pod of the real node (kubelet's ``cgroupRoot``).
+CGROUP_ROOT = "tritonllm-node"
+CGROUP_FS = Path("/sys/fs/cgroup")
+HUGETLB = CGROUP_FS / "hugetlb"
+#: The cgroup v1 controllers kubelet needs mounted.
+NEEDED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
+CRUN = "/usr/bin/crun"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+
+
+class HostError(RuntimeError):
+    """The host cannot run a real node; the message says what to fix, in one line."""
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise HostError(f"`{' '.join(argv)}` failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def check_host() -> None:
+    """Raise HostError naming the first thing missing for a real node (and how to get it)."""
+    if os.geteuid() != 0:
+        raise HostError("a real node needs root (containers, bridges, iptables, cgroups)")
+    apt = "apt-get install crun containernetworking-plugins iptables (scripts/test does)"
+    if not os.access(CRUN, os.X_OK):
+        raise HostError(f"{CRUN} not found: {apt}")
+    missing = [p for p in CNI_PLUGINS if not (CNI_BIN_DIR / p).is_file()]
+    if missing:
+        raise HostError(f"CNI plugins {missing} not in {CNI_BIN_DIR}: {apt}")
+    for tool in ("iptables", "ip6tables", "ip"):
+        if not shutil.which(tool):
+            raise HostError(f"`{tool}` not on PATH: {apt} iproute2")
+    absent = [c for c in NEEDED_CONTROLLERS if not (CGROUP_FS / c / "cgroup.procs").exists()]
+    if absent:
+        raise HostError(
+            f"cgroup v1 controllers {absent} are not mounted under {CGROUP_FS}; kubelet needs "
+            f"{list(NEEDED_CONTROLLERS)} (this VM boots with hybrid cgroups)"
+        )
+
+
+# ---- cgroups ---------------------------------------------------------------------------------
+
+
+def _hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (v1 controllers, named ones, and the unified v2 tree)."""
+    out: list[Path] = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
+            out.append(Path(fields[1]))
+    return out
+
+
+def _unified_controllers() -> list[str]:
+    path = CGROUP_FS / "unified" / "cgroup.controllers"
+    return path.read_text().split() if path.is_file() else []
+
+
+def prepare_cgroups() -> bool:
+    """Move hugetlb off the cgroup2 tree (crun needs that) and create the pod cgroup root.
+
+    Returns True when this call mounted the hugetlb hierarchy (so ``down`` unmounts it).
+    """
+    mounted = False
+    if "hugetlb" in _unified_controllers() and not (HUGETLB / "cgroup.procs").exists():
+        HUGETLB.mkdir(exist_ok=True)
+        proc = _run("mount", "-t", "cgroup", "-o", "hugetlb", "cgroup", str(HUGETLB), check=False)
+        if proc.returncode != 0:
+            raise HostError(
+                f"cannot move the hugetlb cgroup controller to {HUGETLB} (crun refuses a "
+                f"cgroup2 tree with controllers in it): {proc.stderr.strip()}"
+            )
+        mounted = True
+    for hierarchy in _hierarchies():
+        (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
+    return mounted
+
+
+def _cgroup_dirs(hierarchy: Path) -> list[Path]:
+    """Our cgroup directories in one hierarchy, deepest first."""
+    root = hierarchy / CGROUP_ROOT
+    if not root.is_dir():
+        return []
+    dirs = [Path(d) for d, _, _ in os.walk(root)]
+    return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
+
+
+def cgroup_pids() -> set[int]:
+    """Processes still inside the real node's cgroups (containers, shims' children)."""
+    pids: set[int] = set()
+    for hierarchy in _hierarchies():
+        for d in _cgroup_dirs(hierarchy):
+            with contextlib.suppress(OSError):
+                pids |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+    return pids
+
+
+def leftover_cgroups() -> list[Path]:
+    return [h / CGROUP_ROOT for h in _hierarchies() if (h / CGROUP_ROOT).exists()]
+
+
+def cleanup_cgroups(unmount_hugetlb: bool) -> list[str]:
+    """Kill what runs in our cgroups, remove them, and put hugetlb back; return problems."""
+    problems: list[str] = []
+    for _ in range(50):
+        pids = cgroup_pids()
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    for hierarchy in _hierarchies():
+        for d in _cgroup_dirs(hierarchy):
+            for _ in range(20):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                problems.append(f"cgroup {d} could not be removed")
+    if unmount_hugetlb and (HUGETLB / "cgroup.procs").exists():
+        if _run("umount", str(HUGETLB), check=False).returncode == 0:
+            with contextlib.suppress(OSError):
+                HUGETLB.rmdir()
+        else:
+            problems.append(f"{HUGETLB} could not be unmounted")
+    return problems
+
+
+# ---- mounts ----------------------------------------------------------------------------------
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below ``root``, deepest first (from /proc/self/mountinfo)."""
+    prefix = str(root).rstrip("/") + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(root) or point.startswith(prefix):
+            points.append(point)
+    return sorted(set(points), key=lambda p: p.count("/"), reverse=True)
+
+
+def unmount_under(root: Path) -> list[str]:
+    """Unmount everything below ``root`` (lazily if busy); return what is still mounted."""
+    for _ in range(3):
+        points = mounts_under(root)
+        if not points:
+            return []
+        for point in points:
+            if _run("umount", point, check=False).returncode != 0:
+                _run("umount", "-l", point, check=False)
+    return mounts_under(root)
+
+
+# ---- network ---------------------------------------------------------------------------------
+
+
+def _confine_rules(allowed: Iterable[str]) -> list[list[str]]:
+    rules = [["-d", cidr, "-j", "RETURN"] for cidr in allowed]
+    return [*rules, ["-j", "DROP"]]
+
+
+def setup_network(service_cidr: str) -> None:
+    """Create the bridge and the confinement rules (idempotent)."""
+    if _run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    addrs = _run("ip", "-4", "addr", "show", "dev", BRIDGE).stdout
+    if GATEWAY_CIDR not in addrs:
+        _run("ip", "addr", "add", GATEWAY_CIDR, "dev", BRIDGE)
+    _sysctl(f"net/ipv6/conf/{BRIDGE}/disable_ipv6", "1")
+    _sysctl(f"net/ipv4/conf/{BRIDGE}/forwarding", "1")
+    _run("ip", "link", "set", BRIDGE, "up")
+    install_confinement(service_cidr)
+
+
+def _sysctl(key: str, value: str) -> None:
+    path = Path("/proc/sys") / key
+    try:
+        path.write_text(value)
+    except OSError as exc:
+        raise HostError(f"cannot set {key.replace('/', '.')}={value}: {exc}") from exc
+
+
+def install_confinement(service_cidr: str) -> None:
+    """(Re)write the raw-table chains that drop pod traffic leaving the cluster's own ranges."""
+    for tool, rules in (
+        ("iptables", _confine_rules([POD_SUBNET, service_cidr])),
+        ("ip6tables", [["-j", "DROP"]]),
+    ):
+        if _run(tool, "-t", "raw", "-n", "-L", CONFINE_CHAIN, check=False).returncode != 0:
+            _run(tool, "-t", "raw", "-N", CONFINE_CHAIN)
+        _run(tool, "-t", "raw", "-F", CONFINE_CHAIN)
+        for rule in rules:
+            _run(tool, "-t", "raw", "-A", CONFINE_CHAIN, *rule)
+        jump = ["PREROUTING", "-i", BRIDGE, "-j", CONFINE_CHAIN]
+        if _run(tool, "-t", "raw", "-C", *jump, check=False).returncode != 0:
+            _run(tool, "-t", "raw", "-I", *jump)
+
+
+def confinement_rules() -> str:
+    """``iptables -t raw -S`` of the confinement chain and its jump (empty when absent)."""
+    out = _run("iptables", "-t", "raw", "-S", check=False).stdout
+    return "\n".join(line for line in out.splitlines() if CONFINE_CHAIN in line)
+
+
+def teardown_network() -> list[str]:
+    """Remove the confinement chains and the bridge; return what could not be removed."""
+    problems: list[str] = []
+    for tool in ("iptables", "ip6tables"):
+        jump = ["PREROUTING", "-i", BRIDGE, "-j", CONFINE_CHAIN]
+        while _run(tool, "-t", "raw", "-C", *jump, check=False).returncode == 0:
+            _run(tool, "-t", "raw", "-D", *jump, check=False)
+        if _run(tool, "-t", "raw", "-n", "-L", CONFINE_CHAIN, check=False).returncode == 0:
+            _run(tool, "-t", "raw", "-F", CONFINE_CHAIN, check=False)
+            if _run(tool, "-t", "raw", "-X", CONFINE_CHAIN, check=False).returncode != 0:
+                problems.append(f"{tool} chain {CONFINE_CHAIN} could not be deleted")
+    if _run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
+        for veth in bridge_ports():
+            _run("ip", "link", "delete", veth, check=False)
+        if _run("ip", "link", "delete", BRIDGE, check=False).returncode != 0:
+            problems.append(f"bridge {BRIDGE} could not be deleted")
+    return problems
+
+
+def bridge_ports() -> list[str]:
+    """Interfaces attached to the bridge (the pods' veth ends)."""
+    brif = Path("/sys/class/net") / BRIDGE / "brif"
+    return sorted(p.name for p in brif.iterdir()) if brif.is_dir() else []
+
+
+def leftovers(state_dir: Path) -> list[str]:
+    """Everything a stopped real node must not leave behind (a test checks it is empty)."""
+    out = [f"mount {m}" for m in mounts_under(state_dir)]
+    out += [f"cgroup {c}" for c in leftover_cgroups()]
+    if Path("/sys/class/net", BRIDGE).exists():
+        out.append(f"bridge {BRIDGE}")
+    veths = [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("veth")]
+    out += [f"interface {v}" for v in veths]
+    if confinement_rules():
+        out.append(f"iptables chain {CONFINE_CHAIN}")
+    kube = _run("iptables-save", check=False).stdout
+    out += [f"iptables {line}" for line in kube.splitlines() if line.startswith(":KUBE-")]
+    return out
