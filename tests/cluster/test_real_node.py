@@ -75,6 +75,11 @@ def wait_phase(cluster: LocalCluster, ns: str, name: str, want: str, timeout: fl
     wait_for(probe, timeout=timeout, what=f"pod {ns}/{name} {want}")
 
 
+def http_get(host_: str, port: int = 80) -> str:
+    """A shell command that GETs / from ``host_`` with busybox nc (prints the response)."""
+    return f"printf 'GET / HTTP/1.0\\r\\nHost: {host_}\\r\\n\\r\\n' | nc -w 5 {host_} {port}"
+
+
 def logs(cluster: LocalCluster, ns: str, name: str) -> str:
     return str(cluster.kubectl("logs", name, "-n", ns).stdout)
 
@@ -144,7 +149,8 @@ def test_service_resolves_by_dns_and_answers_from_another_pod(
         [
             "sh",
             "-c",
-            f"nslookup {fqdn} && wget -q -T 5 -O - http://web/ && wget -q -T 5 -O - http://{fqdn}/",
+            # busybox-static's wget crashes in its glibc resolver; nc + a raw request does not.
+            f"nslookup {fqdn} && {http_get('web')} && {http_get(fqdn)}",
         ],
     )
     cluster.apply([client], namespace=namespace)
@@ -233,7 +239,7 @@ def test_pod_traffic_outside_cluster_ranges_is_dropped(
     before = _dropped()
     probe = real_pod(
         "escape",
-        ["sh", "-c", f"wget -q -T 2 -O - http://{targets[0]}:9/ && echo REACHED || echo BLOCKED"],
+        ["sh", "-c", f"ping -c 1 -W 2 {targets[0]} && echo REACHED || echo BLOCKED"],
     )
     cluster.apply([probe], namespace=namespace)
     wait_phase(cluster, namespace, "escape", "Succeeded")

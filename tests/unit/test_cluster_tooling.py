@@ -20,7 +20,7 @@ from tritonllm.cluster.manifests import (
     lws_webhooks,
     node_manifest,
 )
-from tritonllm.cluster.versions import COMPONENTS, KUBERNETES, cache_root
+from tritonllm.cluster.versions import COMPONENTS, KUBERNETES, RUNC, cache_root
 
 
 def _stages() -> dict[str, dict[str, object]]:
@@ -128,6 +128,7 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         "lws",
         "helm",  # the control plane
         "containerd",
+        "runc",
         "coredns",
         "registry",
         "local-path",
@@ -157,7 +158,9 @@ def test_real_node_configs_keep_traffic_inside_the_cluster(tmp_path: Path) -> No
     containerd = tomllib.loads(node.containerd_config(paths))
     assert containerd["grpc"]["address"] == str(paths.containerd_sock)
     runtime = containerd["plugins"]["io.containerd.cri.v1.runtime"]
-    assert runtime["containerd"]["runtimes"]["crun"]["options"]["BinaryName"] == host.CRUN
+    runc = runtime["containerd"]["runtimes"]["runc"]["options"]
+    assert runc["BinaryName"] == str(RUNC.path("runc")) and runc["SystemdCgroup"] is False
+    assert runtime["restrict_oom_score_adj"] is True  # the VM withholds CAP_SYS_RESOURCE
     images = containerd["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == node.PAUSE_IMAGE
     kubelet = node.kubelet_config(paths, tmp_path / "ca.crt", 10250, 10248, tmp_path / "r")
@@ -176,16 +179,18 @@ def test_confinement_rules_allow_only_cluster_ranges() -> None:
     assert [r[1] for r in rules[:-1]] == [host.POD_SUBNET, "10.96.0.0/16"]
 
 
-def test_missing_crun_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_cni_plugins_are_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from tritonllm.cluster import host
 
     monkeypatch.setattr(host.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(host, "CRUN", "/nonexistent/crun")
+    monkeypatch.setattr(host, "CNI_BIN_DIR", tmp_path)
     with pytest.raises(host.HostError) as exc:
         host.check_host()
     message = str(exc.value)
     assert "\n" not in message
-    assert "/nonexistent/crun not found" in message and "apt-get install crun" in message
+    assert "CNI plugins" in message and "apt-get install containernetworking-plugins" in message
 
 
 def test_missing_cgroup_controller_is_one_clear_line(
@@ -195,14 +200,9 @@ def test_missing_cgroup_controller_is_one_clear_line(
 
     monkeypatch.setattr(host.os, "geteuid", lambda: 0)
     monkeypatch.setattr(host, "CGROUP_FS", tmp_path)  # no controller mounted there
-    if not (
-        os.access(host.CRUN, os.X_OK)
-        and all((host.CNI_BIN_DIR / p).is_file() for p in host.CNI_PLUGINS)
-    ):
-        monkeypatch.setattr(host, "CRUN", "/bin/sh")
-        monkeypatch.setattr(host, "CNI_BIN_DIR", tmp_path)
-        for plugin in host.CNI_PLUGINS:
-            (tmp_path / plugin).write_text("")
+    monkeypatch.setattr(host, "CNI_BIN_DIR", tmp_path)
+    for plugin in host.CNI_PLUGINS:
+        (tmp_path / plugin).write_text("")
     with pytest.raises(host.HostError) as exc:
         host.check_host()
     assert "cgroup v1 controllers" in str(exc.value) and "\n" not in str(exc.value)

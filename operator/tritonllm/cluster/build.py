@@ -55,6 +55,7 @@ from tritonllm.cluster.versions import (
     LWS_CRD_FILES,
     PAUSE,
     REGISTRY,
+    RUNC,
     Component,
     cache_root,
 )
@@ -421,6 +422,36 @@ def _build_containerd(component: Component, log: Path, progress: Progress) -> No
     _go_install(component, packages, log, progress, ldflags=ldflags, tags=CONTAINERD_TAGS)
 
 
+def _build_runc(component: Component, log: Path, progress: Progress) -> None:
+    """runc needs cgo (its nsenter C code) and libseccomp for ``seccomp: RuntimeDefault``."""
+    if not Path("/usr/include/seccomp.h").is_file():
+        raise BuildError(
+            "libseccomp headers missing (needed to build runc with seccomp): "
+            "apt-get install libseccomp-dev (scripts/test does)"
+        )
+    ldflags = f"-s -w -X main.version={component.version.removeprefix('v')}"
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        env = go_env()
+        env.update(GOBIN=tmp, CGO_ENABLED="1")
+        progress(f"  runc {component.version}: go install (cgo, seccomp)")
+        _run(
+            [
+                _go(),
+                "install",
+                "-v",
+                "-trimpath",
+                "-tags=seccomp urfave_cli_no_docs",
+                f"-ldflags={ldflags}",
+                f"github.com/opencontainers/runc@{component.version}",
+            ],
+            label=f"go install runc {component.version}",
+            log=log,
+            progress=progress,
+            env=env,
+        )
+        _install_outputs(component, Path(tmp))
+
+
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
     """Build ``component`` if anything of it is missing; return True when it built something."""
     if not component.missing():
@@ -448,6 +479,8 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
             _go_install(component, "helm.sh/helm/v3/cmd/helm", log, progress, ldflags=ldflags)
         elif component is CONTAINERD:
             _build_containerd(component, log, progress)
+        elif component is RUNC:
+            _build_runc(component, log, progress)
         elif component is COREDNS:
             _go_install(component, "github.com/coredns/coredns", log, progress)
         elif component is REGISTRY:

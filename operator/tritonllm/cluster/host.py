@@ -3,14 +3,14 @@
 The real node's containers run on this machine, so the cluster touches the host in a few places.
 Every change is made here, recorded in the node's state file and undone by ``down``:
 
-- **cgroups**: the VM boots with hybrid cgroups (v1 controllers, an empty cgroup2 at
-  ``/sys/fs/cgroup/unified`` that holds only ``hugetlb``). crun refuses a cgroup2 tree that has
-  controllers in it, so ``hugetlb`` is moved to its own v1 hierarchy at
-  ``/sys/fs/cgroup/hugetlb`` (unmounted again by ``down``). Decision: stay hybrid and run kubelet
+- **cgroups**: the VM boots with hybrid cgroups (v1 controllers, a cgroup2 tree at
+  ``/sys/fs/cgroup/unified`` that holds only ``hugetlb``). Decision: stay hybrid and run kubelet
   with ``failCgroupV1: false`` rather than switching the VM to pure cgroup v2, which would need a
-  reboot with other kernel arguments and would change the host for every other program.
-  Every pod cgroup lives under ``/<CGROUP_ROOT>`` in each hierarchy; ``down`` kills what is left
-  there and removes the directories.
+  reboot with other kernel arguments and would change the host for every other program. The OCI
+  runtime is runc (built here), which runs on this layout as it is; Debian's crun 1.8.1 would
+  need ``hugetlb`` moved off the cgroup2 tree, and it also refuses containerd 2.4's runtime-spec
+  1.2 bundles, so the layout is left untouched. Every pod cgroup lives under ``/<CGROUP_ROOT>``
+  in each hierarchy; ``down`` kills what is left there and removes the directories.
 - **network**: one bridge (``BRIDGE``, gateway ``GATEWAY`` of ``POD_SUBNET``) that the cluster
   creates and deletes; IP forwarding is switched on **for that bridge only**
   (``net.ipv4.conf.<bridge>.forwarding``), never globally; IPv6 is off on it. No masquerade and
@@ -43,10 +43,8 @@ CONFINE_CHAIN = "TRITONLLM-CONFINE"
 #: Parent cgroup of every pod of the real node (kubelet's ``cgroupRoot``).
 CGROUP_ROOT = "tritonllm-node"
 CGROUP_FS = Path("/sys/fs/cgroup")
-HUGETLB = CGROUP_FS / "hugetlb"
 #: The cgroup v1 controllers kubelet needs mounted.
 NEEDED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
-CRUN = "/usr/bin/crun"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 
@@ -66,9 +64,7 @@ def check_host() -> None:
     """Raise HostError naming the first thing missing for a real node (and how to get it)."""
     if os.geteuid() != 0:
         raise HostError("a real node needs root (containers, bridges, iptables, cgroups)")
-    apt = "apt-get install crun containernetworking-plugins iptables (scripts/test does)"
-    if not os.access(CRUN, os.X_OK):
-        raise HostError(f"{CRUN} not found: {apt}")
+    apt = "apt-get install containernetworking-plugins iptables (scripts/test does)"
     missing = [p for p in CNI_PLUGINS if not (CNI_BIN_DIR / p).is_file()]
     if missing:
         raise HostError(f"CNI plugins {missing} not in {CNI_BIN_DIR}: {apt}")
@@ -96,29 +92,10 @@ def _hierarchies() -> list[Path]:
     return out
 
 
-def _unified_controllers() -> list[str]:
-    path = CGROUP_FS / "unified" / "cgroup.controllers"
-    return path.read_text().split() if path.is_file() else []
-
-
-def prepare_cgroups() -> bool:
-    """Move hugetlb off the cgroup2 tree (crun needs that) and create the pod cgroup root.
-
-    Returns True when this call mounted the hugetlb hierarchy (so ``down`` unmounts it).
-    """
-    mounted = False
-    if "hugetlb" in _unified_controllers() and not (HUGETLB / "cgroup.procs").exists():
-        HUGETLB.mkdir(exist_ok=True)
-        proc = _run("mount", "-t", "cgroup", "-o", "hugetlb", "cgroup", str(HUGETLB), check=False)
-        if proc.returncode != 0:
-            raise HostError(
-                f"cannot move the hugetlb cgroup controller to {HUGETLB} (crun refuses a "
-                f"cgroup2 tree with controllers in it): {proc.stderr.strip()}"
-            )
-        mounted = True
+def prepare_cgroups() -> None:
+    """Create the pod cgroup root (kubelet's ``cgroupRoot``) in every hierarchy."""
     for hierarchy in _hierarchies():
         (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
-    return mounted
 
 
 def _cgroup_dirs(hierarchy: Path) -> list[Path]:
@@ -144,8 +121,8 @@ def leftover_cgroups() -> list[Path]:
     return [h / CGROUP_ROOT for h in _hierarchies() if (h / CGROUP_ROOT).exists()]
 
 
-def cleanup_cgroups(unmount_hugetlb: bool) -> list[str]:
-    """Kill what runs in our cgroups, remove them, and put hugetlb back; return problems."""
+def cleanup_cgroups() -> list[str]:
+    """Kill what runs in our cgroups and remove them; return what could not be removed."""
     problems: list[str] = []
     for _ in range(50):
         pids = cgroup_pids()
@@ -167,12 +144,6 @@ def cleanup_cgroups(unmount_hugetlb: bool) -> list[str]:
                     time.sleep(0.1)
             else:
                 problems.append(f"cgroup {d} could not be removed")
-    if unmount_hugetlb and (HUGETLB / "cgroup.procs").exists():
-        if _run("umount", str(HUGETLB), check=False).returncode == 0:
-            with contextlib.suppress(OSError):
-                HUGETLB.rmdir()
-        else:
-            problems.append(f"{HUGETLB} could not be unmounted")
     return problems
 
 
@@ -288,6 +259,40 @@ def leftovers(state_dir: Path) -> list[str]:
     out += [f"interface {v}" for v in veths]
     if confinement_rules():
         out.append(f"iptables chain {CONFINE_CHAIN}")
-    kube = _run("iptables-save", check=False).stdout
-    out += [f"iptables {line}" for line in kube.splitlines() if line.startswith(":KUBE-")]
+    for tool in ("iptables", "ip6tables"):
+        chains = _kube_chains(tool)
+        out += [f"{tool} -t {table} chain {chain}" for table, chain in chains]
     return out
+
+
+def _kube_chains(tool: str) -> list[tuple[str, str]]:
+    """(table, chain) of every KUBE-* chain (kube-proxy's and kubelet's own)."""
+    out: list[tuple[str, str]] = []
+    table = ""
+    for line in _run(f"{tool}-save", check=False).stdout.splitlines():
+        if line.startswith("*"):
+            table = line[1:]
+        elif line.startswith(":KUBE-"):
+            out.append((table, line[1:].split()[0]))
+    return out
+
+
+def remove_kube_chains() -> None:
+    """Delete the KUBE-* chains kubelet and kube-proxy created, and the jumps to them.
+
+    Only on the real node's teardown: this machine runs no other Kubernetes node.
+    """
+    for tool in ("iptables", "ip6tables"):
+        chains = _kube_chains(tool)
+        table = ""
+        for line in _run(f"{tool}-save", check=False).stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith("-A ") and " -j KUBE-" in line:
+                chain = line.split()[1]
+                if not chain.startswith("KUBE-"):
+                    _run(tool, "-t", table, "-D", *line.split()[1:], check=False)
+        for table, chain in chains:
+            _run(tool, "-t", table, "-F", chain, check=False)
+        for table, chain in chains:
+            _run(tool, "-t", table, "-X", chain, check=False)

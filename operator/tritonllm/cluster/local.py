@@ -552,6 +552,11 @@ class LocalCluster:
                 "--profiling=false",
                 f"--cert-dir={self._run_dir / 'apiserver'}",
                 "--endpoint-reconciler-type=none",
+                # logs/exec/port-forward reach the real node's kubelet by its IP (never by a
+                # name looked up in the host's DNS), authenticated with the admin certificate.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pki.admin_crt}",
+                f"--kubelet-client-key={pki.admin_key}",
                 "--v=1",
             ],
             processes,

@@ -6,7 +6,7 @@ A real node runs beside the kwok nodes, on this machine, the way kind runs one i
 process                       role
 ============================  =================================================================
 registry (distribution)       images on ``REGISTRY`` (127.0.0.1), storage in the cache
-containerd + crun             CRI runtime; pods on the bridge through the CNI bridge plugin
+containerd + runc             CRI runtime; pods on the bridge through the CNI bridge plugin
 kubelet                       registers node ``NODE_NAME`` (cgroupfs on hybrid cgroups)
 kube-proxy                    Services (iptables mode) for the real node's pods
 CoreDNS                       cluster DNS on the bridge gateway; answers cluster names only
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritonllm.cluster.host import BRIDGE, CGROUP_ROOT, CNI_BIN_DIR, CRUN, GATEWAY, POD_SUBNET
+from tritonllm.cluster.host import BRIDGE, CGROUP_ROOT, CNI_BIN_DIR, GATEWAY, POD_SUBNET
 from tritonllm.cluster.versions import (
     CONTAINERD,
     COREDNS,
@@ -37,6 +37,7 @@ from tritonllm.cluster.versions import (
     LOCAL_PATH,
     PAUSE_VERSION,
     REGISTRY,
+    RUNC,
 )
 
 NODE_NAME = "real-0"
@@ -49,6 +50,8 @@ STANDIN_GPUS = 2
 #: Where images are served. Fixed (not a random port) so image names in examples stay stable.
 REGISTRY_ADDR = os.environ.get("TRITONLLM_REGISTRY", "127.0.0.1:5000")
 PAUSE_IMAGE = f"{REGISTRY_ADDR}/tritonllm/pause:{PAUSE_VERSION}"
+#: local-path-provisioner's helper pods (mkdir/rm of volume directories).
+HELPER_IMAGE = f"{REGISTRY_ADDR}/tritonllm/busybox:1.35"
 LOCAL_PATH_NAMESPACE = "local-path-storage"
 LOCAL_PATH_SA = "local-path-provisioner-service-account"
 STORAGE_CLASS = "local-path"
@@ -84,11 +87,11 @@ def registry_config(storage: Path) -> dict[str, Any]:
 
 
 def containerd_config(paths: NodePaths) -> str:
-    """containerd 2.x configuration (version 3): crun through the runc shim, CNI bridge."""
+    """containerd 2.x configuration (version 3): runc (built here) through its shim, CNI bridge."""
     cd = paths.sub("containerd")
     images = "plugins.'io.containerd.cri.v1.images'"
     runtime = "plugins.'io.containerd.cri.v1.runtime'"
-    crun = f"{runtime}.containerd.runtimes.crun"
+    runc = f"{runtime}.containerd.runtimes.runc"
     return f"""version = 3
 root = '{cd / "root"}'
 state = '{cd / "state"}'
@@ -113,13 +116,15 @@ state = '{cd / "state"}'
     config_path = '{cd / "certs.d"}'
 [{runtime}]
   enable_selinux = false
+  # This VM withholds CAP_SYS_RESOURCE even from root: pods may not get a lower OOM score.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   [{runtime}.containerd]
-    default_runtime_name = 'crun'
-  [{crun}]
+    default_runtime_name = 'runc'
+  [{runc}]
     runtime_type = 'io.containerd.runc.v2'
-  [{crun}.options]
-    BinaryName = '{CRUN}'
+  [{runc}.options]
+    BinaryName = '{RUNC.path("runc")}'
     SystemdCgroup = false
   [{runtime}.cni]
     bin_dirs = ['{CNI_BIN_DIR}']
@@ -128,7 +133,13 @@ state = '{cd / "state"}'
 
 
 def registry_hosts() -> str:
-    """containerd ``hosts.toml`` for the local registry: plain HTTP on loopback."""
+    """containerd ``hosts.toml``: plain HTTP to the local registry.
+
+    Written for the local registry itself and as ``_default`` (every other registry): a pod
+    naming ``docker.io/...`` or ``nvcr.io/...`` is answered by the local registry (and fails
+    as not found unless that repository was pushed there), so no pull ever leaves the machine
+    and no registry host name is looked up in the host's DNS.
+    """
     return (
         f'server = "http://{REGISTRY_ADDR}"\n\n'
         f'[host."http://{REGISTRY_ADDR}"]\n  capabilities = ["pull", "resolve", "push"]\n'
@@ -277,7 +288,7 @@ def local_path_argv(kubeconfig: Path, config: Path) -> list[str]:
         f"--kubeconfig={kubeconfig}",
         f"--config={config}",
         f"--namespace={LOCAL_PATH_NAMESPACE}",
-        f"--helper-image={REGISTRY_ADDR}/tritonllm/busybox:1.35",
+        f"--helper-image={HELPER_IMAGE}",
         f"--service-account-name={LOCAL_PATH_SA}",
     ]
 
@@ -297,7 +308,7 @@ def local_path_objects(volumes: Path) -> list[dict[str, Any]]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "helper-pod"},
-        "spec": {"containers": [{"name": "helper-pod", "image": "busybox"}]},
+        "spec": {"containers": [{"name": "helper-pod", "image": HELPER_IMAGE}]},
     }
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},

@@ -127,8 +127,8 @@ class RealNode:
         c, p = self.cluster, self.ports
         shutil.rmtree(self.paths.root, ignore_errors=True)  # a fresh node with a fresh cluster
         self.paths.root.mkdir(parents=True)
-        hugetlb = host.prepare_cgroups()
-        self._host_file.write_text(json.dumps({"hugetlb_mounted": hugetlb}))
+        host.prepare_cgroups()
+        self._host_file.write_text(json.dumps({"bridge": host.BRIDGE, "cgroup": host.CGROUP_ROOT}))
         host.setup_network(service_cidr)
         self._write_containerd()
         c.spawn("containerd", node.containerd_argv(self.paths.sub("containerd", "config.toml")))
@@ -174,9 +174,10 @@ class RealNode:
         config = self.paths.sub("containerd", "config.toml")
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(node.containerd_config(self.paths))
-        hosts = self.paths.sub("containerd", "certs.d", REGISTRY_ADDR, "hosts.toml")
-        hosts.parent.mkdir(parents=True, exist_ok=True)
-        hosts.write_text(node.registry_hosts())
+        for registry in (REGISTRY_ADDR, "_default"):
+            hosts = self.paths.sub("containerd", "certs.d", registry, "hosts.toml")
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(node.registry_hosts())
         conflist = self.paths.sub("cni", "net.d", "10-tritonllm.conflist")
         conflist.parent.mkdir(parents=True, exist_ok=True)
         conflist.write_text(json.dumps(node.cni_conflist(self.paths), indent=2))
@@ -260,12 +261,9 @@ class RealNode:
             subprocess.run(
                 [str(proxy), "--cleanup", "--v=0"], capture_output=True, check=False, timeout=60
             )
+        host.remove_kube_chains()
         problems += host.teardown_network()
-        try:
-            hugetlb = bool(json.loads(self._host_file.read_text()).get("hugetlb_mounted"))
-        except (OSError, ValueError):
-            hugetlb = False
-        problems += host.cleanup_cgroups(unmount_hugetlb=hugetlb)
+        problems += host.cleanup_cgroups()
         self._host_file.unlink(missing_ok=True)
         with contextlib.suppress(OSError, ValueError):
             if json.loads(_lock_path().read_text()).get("cluster") == self.cluster.name:

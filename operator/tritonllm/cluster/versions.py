@@ -18,8 +18,10 @@ The real node (kubelet and kube-proxy come from the Kubernetes build above):
   the module proxy serves, all plain ``go install`` modules.
 - pause 3.10.2: the sandbox image kubeadm 1.36 pins, compiled from the Kubernetes module's
   ``build/pause/linux/pause.c`` (no container registry is reachable to pull it).
-- crun and the CNI plugins come from Debian (``apt-get install crun containernetworking-plugins``):
-  crun 1.8.1 is the measured OCI runtime on hybrid cgroups, the CNI plugins are 1.1.1.
+- runc v1.5.2: newest release on the module proxy, built with cgo and the ``seccomp`` tag
+  (Debian's libseccomp-dev) so that ``seccompProfile: RuntimeDefault`` works. Debian's crun 1.8.1
+  refuses the OCI runtime-spec 1.2 bundles containerd 2.4 writes ("unknown version specified").
+- The CNI plugins come from Debian (``apt-get install containernetworking-plugins``, 1.1.1).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ COREDNS_VERSION = "v1.15.0"
 REGISTRY_VERSION = "v3.1.2"
 LOCAL_PATH_VERSION = "v0.0.30"
 PAUSE_VERSION = "3.10.2"
+RUNC_VERSION = "v1.5.2"
 
 #: CRD files (``config/crd/bases/`` of the LWS module) that the cluster installs. The controller
 #: also watches DisaggregatedSets, so that CRD must exist too or its manager fails to start.
@@ -109,9 +112,10 @@ COREDNS = Component("coredns", COREDNS_VERSION, ("coredns",))
 REGISTRY = Component("registry", REGISTRY_VERSION, ("registry",))
 LOCAL_PATH = Component("local-path", LOCAL_PATH_VERSION, ("local-path-provisioner",))
 PAUSE = Component("pause", PAUSE_VERSION, ("pause",))
+RUNC = Component("runc", RUNC_VERSION, ("runc",))
 
 #: What the control plane needs (kwok nodes only).
 CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
 #: What a real node adds (container runtime, DNS, registry, storage, the sandbox image).
-REAL_NODE: tuple[Component, ...] = (CONTAINERD, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
+REAL_NODE: tuple[Component, ...] = (CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
 COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE
