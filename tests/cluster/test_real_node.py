@@ -24,7 +24,7 @@ from tritonllm.cluster.node import (
     STANDIN_PRODUCT,
     STORAGE_CLASS,
     TAINT_KEY,
-    toleration,
+    tolerations,
 )
 from tritonllm.cluster.testing import wait_for
 
@@ -50,7 +50,7 @@ def real_pod(
         "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-            "tolerations": [toleration()],
+            "tolerations": tolerations(),
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 1,
             "containers": [container],

@@ -15,8 +15,9 @@ forward                       the API server on the bridge gateway, for pods (ku
 ============================  =================================================================
 
 All of them are host processes with a kubeconfig (only workloads run in containers). The node is
-tainted ``tritonllm.io/real-node=true:NoSchedule`` so that only pods meant for it land there: the
-simulated scenarios keep running on kwok nodes unchanged. It advertises ``nvidia.com/gpu`` as an
+tainted ``tritonllm.io/real-node=true:NoSchedule`` (and ``nvidia.com/gpu=present:NoSchedule``, as
+every GPU node) so that only pods meant for it land there: the simulated scenarios keep running on
+kwok nodes unchanged. It advertises ``nvidia.com/gpu`` as an
 extended resource with GPU-feature-discovery labels (product ``NVIDIA-CPU-STANDIN``) so that the
 pods the operator renders for GPUs schedule and run on it; no GPU exists behind that number.
 """
@@ -58,9 +59,16 @@ STORAGE_CLASS = "local-path"
 CLUSTER_DOMAIN = "cluster.local"
 
 
-def toleration() -> dict[str, str]:
-    """The toleration a pod needs to run on the real node."""
-    return {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+#: Taints of the real node: its own, and the one every (simulated) GPU node carries.
+TAINTS = (
+    {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+)
+
+
+def tolerations() -> list[dict[str, str]]:
+    """The tolerations a pod needs to run on the real node."""
+    return [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in TAINTS]
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,7 @@ def kubelet_config(
             "imagefs.available": "0%",
         },
         "serializeImagePulls": False,
-        "registerWithTaints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}],
+        "registerWithTaints": [dict(t) for t in TAINTS],
         "shutdownGracePeriod": "0s",
     }
 
