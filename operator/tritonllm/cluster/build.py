@@ -337,11 +337,14 @@ def _go_install(
     *,
     ldflags: str = "-s -w",
     tags: str = "",
+    cgo: bool = False,
 ) -> None:
     packages = [package] if isinstance(package, str) else list(package)
     with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
         env = go_env()
         env["GOBIN"] = tmp
+        if cgo:
+            env["CGO_ENABLED"] = "1"
         progress(f"  {component.name} {component.version}: go install {' '.join(packages)}")
         _run(
             [
@@ -430,26 +433,9 @@ def _build_runc(component: Component, log: Path, progress: Progress) -> None:
             "apt-get install libseccomp-dev (scripts/test does)"
         )
     ldflags = f"-s -w -X main.version={component.version.removeprefix('v')}"
-    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
-        env = go_env()
-        env.update(GOBIN=tmp, CGO_ENABLED="1")
-        progress(f"  runc {component.version}: go install (cgo, seccomp)")
-        _run(
-            [
-                _go(),
-                "install",
-                "-v",
-                "-trimpath",
-                "-tags=seccomp urfave_cli_no_docs",
-                f"-ldflags={ldflags}",
-                f"github.com/opencontainers/runc@{component.version}",
-            ],
-            label=f"go install runc {component.version}",
-            log=log,
-            progress=progress,
-            env=env,
-        )
-        _install_outputs(component, Path(tmp))
+    package = "github.com/opencontainers/runc"
+    tags = "seccomp urfave_cli_no_docs"
+    _go_install(component, package, log, progress, ldflags=ldflags, tags=tags, cgo=True)
 
 
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
