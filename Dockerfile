@@ -3,21 +3,44 @@
 # the Triton TensorRT-LLM image runs it with its own python3, so nothing is installed into it.
 #
 #   docker build -t ghcr.io/tritonllm/tritonllm:0.1.0 .
-FROM python:3.11-slim AS build
+#
+# BASE is any Debian-like image with python3 >= 3.11 and its venv module (python:3.11-slim for
+# users; the local cluster passes a Debian bookworm base bootstrapped with mmdebstrap). With
+# PIP_OFFLINE=1, pip reads only the wheels staged in images/wheels/ (no index): that is how the
+# local build runs without network access to anything but the host's own caches.
+# The local-cluster tooling (tritonllm/cluster) is dev-only and not in the image (.dockerignore).
+ARG BASE=python:3.11-slim
+
+FROM ${BASE} AS build
+ARG PIP_OFFLINE=
+COPY images/wheels/ /wheels/
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
- && PYTHONPATH=operator python -m tritonllm.runtime.pyz --out /tritonllm.pyz
+RUN set -eu; rm -rf operator/tritonllm/cluster; \
+    python3 -m venv /opt/build; \
+    /opt/build/bin/pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /dist \
+      ${PIP_OFFLINE:+--no-index --find-links /wheels} .; \
+    python3 -m venv --without-pip /opt/venv; \
+    /opt/build/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
+      --disable-pip-version-check --no-index /dist/*.whl; \
+    PYTHONPATH=operator python3 -m tritonllm.runtime.pyz --out /tritonllm.pyz
 
-FROM python:3.11-slim
-RUN apt-get update \
- && apt-get install -y --no-install-recommends openssh-client \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin tritonllm
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+FROM ${BASE}
+# openssh-client: ssh-keygen makes the multi-node MPI key pairs. Installed only when the base
+# lacks it (the local base already has it, so that build needs no package index).
+RUN set -eu; \
+    if ! command -v ssh-keygen >/dev/null; then \
+      apt-get update && apt-get install -y --no-install-recommends openssh-client \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    groupadd --gid 65532 tritonllm; \
+    useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin tritonllm
+COPY --from=build /opt/venv /opt/venv
 COPY --from=build /tritonllm.pyz /usr/local/share/tritonllm/tritonllm.pyz
-USER 65532
+ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONDONTWRITEBYTECODE=1
+USER 65532:65532
 ENTRYPOINT ["tritonllm"]
 CMD ["run"]

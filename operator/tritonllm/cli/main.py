@@ -38,13 +38,38 @@ def build_parser(verbs: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _left_out(verb: str, module: str) -> int:
+    """A verb whose code this installation does not carry (the operator image leaves out the
+    local-cluster tooling, tritonllm.cluster; the in-pod zipapp carries build and launch only)."""
+    if module.startswith("tritonllm.cluster"):
+        why = ("the local-cluster tooling is dev-only and the operator image leaves it out: run "
+               "it from a source checkout (pip install -e .)")
+    else:
+        why = "the in-pod zipapp carries only `build` and `launch`"
+    print(f"error: `tritonllm {verb}` needs {module}, which this installation does not include "
+          f"({why})", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # Import only the requested verb when it is known: keeps in-pod start-up light.
     verbs = [args_list[0]] if args_list and args_list[0] in VERBS else None
+    if verbs:
+        try:
+            importlib.import_module(VERBS[verbs[0]])
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("tritonllm"):
+                return _left_out(verbs[0], exc.name)
+            raise
     parser = build_parser(verbs)
     args = parser.parse_args(args_list)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ModuleNotFoundError as exc:  # a verb that imports the left-out part when it runs
+        if exc.name and exc.name.startswith("tritonllm.cluster"):
+            return _left_out(args.verb, exc.name)
+        raise
     return result
 
 
