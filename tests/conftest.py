@@ -22,7 +22,7 @@ from types import FrameType
 
 import pytest
 
-from tritonllm.cluster import host
+from tritonllm.cluster import host, images
 from tritonllm.cluster.build import ensure_all
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import fresh_namespace
@@ -39,11 +39,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ctx = capman.global_and_fixture_disabled() if capman else None
     if ctx is None:
         ensure_all()
-        return
+        return  # pragma: no cover - pytest always has its capture manager
     with ctx:
         ensure_all(
             progress=lambda msg: print(f"[cluster build] {msg}", file=sys.stderr, flush=True)
         )
+        if os.environ.get("TRITONLLM_TEST_REAL_NODE", "1") != "0":
+            # The real node's images too (minutes when cold), outside any test's timeout.
+            images.build_images(
+                lambda msg: print(f"[image build] {msg}", file=sys.stderr, flush=True)
+            )
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
