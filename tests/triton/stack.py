@@ -18,6 +18,10 @@ The wheel pins numpy<2, so it lives in its own virtual environment, created once
 ~/.cache/tritonllm/pytriton-venv together with transformers and tokenizers, which our
 preprocessing/postprocessing models import. Nothing is skipped when it is missing: it is
 installed.
+
+The GPU recipe (tests/gpu/check.py, docs/gpu.md) runs the same stack on real GPUs: run_stack with
+OnGpus (the GPU stand-in, an engine directory from `tritonllm build`, GPU metrics on, no stand-ins
+for visible GPUs), from the wheel unpacked by carried_install on a machine without network.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,10 @@ VENV = CACHE / "pytriton-venv"
 # nvidia-pytriton pins numpy<2; transformers 4.x and tokenizers work with it.
 REQUIREMENTS = ("nvidia-pytriton==0.7.0", "numpy<2", "transformers>=4.40,<5", "tokenizers>=0.19,<1")
 STANDIN = HERE / "standin" / "tensorrt_llm_cpu_standin.py"
+# The GPU stand-in (tests/gpu/check.py): its model.py and the modules it imports from beside it.
+GPU_STANDIN = {"model.py": HERE / "standin" / "tensorrt_llm_gpu_standin.py",
+               STANDIN.name: STANDIN,
+               "tensorrt_llm_gpu_toy.py": HERE / "standin" / "tensorrt_llm_gpu_toy.py"}
 # Read by the stand-in: seconds it waits per generated token (to have requests in flight).
 ENV_STANDIN_TOKEN_DELAY = "TRITONLLM_STANDIN_TOKEN_DELAY"
 STARTUP_SECONDS = 180
@@ -97,25 +106,99 @@ def ensure_install() -> TritonInstall:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test processes
         _ensure_venv()
     python = _venv_python()
-    info = subprocess.run(
+    site = subprocess.run(
         [str(python), "-c",
-         "import pytriton, os, sys, sysconfig; "
-         "print(os.path.dirname(os.path.dirname(pytriton.__file__))); "
-         "print(f'{sys.version_info[0]}.{sys.version_info[1]}'); "
+         "import pytriton, os; print(os.path.dirname(os.path.dirname(pytriton.__file__)))"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    return _install(python, Path(site))
+
+
+# What the Python models import from the machine's own python3 (with their dependencies).
+MODEL_PACKAGES = ("torch", "transformers", "tokenizers")
+# Run by that python3: the site-packages entries of MODEL_PACKAGES' distributions and of their
+# required (not optional) dependencies, NumPy excluded; one path a line.
+_CLOSURE = """
+import re, sys
+from importlib import metadata
+todo, seen, entries = list(sys.argv[1:]), set(), set()
+while todo:
+    name = re.split(r"[ ;<>=!~\\[(]", todo.pop().strip(), maxsplit=1)[0].lower().replace("_", "-")
+    if name in seen or name == "numpy":
+        continue
+    seen.add(name)
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    todo += [r for r in dist.requires or [] if "extra ==" not in r]
+    for f in dist.files or []:
+        if f.parts and f.parts[0] != ".." and not f.parts[0].endswith("__pycache__"):
+            entries.add(str(dist.locate_file(f.parts[0])))
+print("\\n".join(sorted(entries)))
+"""
+
+
+def carried_install(wheel: Path, dest: Path, python: Path,
+                    model_wheels: Sequence[Path] = ()) -> TritonInstall:
+    """The nvidia-pytriton wheel (or a zip of its files) unpacked into `dest`: no pip, no
+    network (the GPU machine); a zip extraction drops the exec bits, so they are set again.
+
+    With `model_wheels`, the Python models run in a virtual environment made from `python`:
+    `model_wheels` unpacked into it, then a view of `python`'s own packages limited to
+    MODEL_PACKAGES and what they require. Because the backend's stub ignores PYTHONPATH, and its
+    pybind11 predates NumPy 2 (BYTES tensors come out garbled under NumPy 2), a machine whose
+    python3 has NumPy 2 gets NumPy 1.26 this way; the view keeps out the machine's other
+    packages built for NumPy 2, which transformers would import when it finds them."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest)
+    server_dir = dest / "pytriton" / "tritonserver"
+    for exe in (server_dir / "bin" / "tritonserver",
+                *(server_dir / "python_backend_stubs").glob("*/triton_python_backend_stub")):
+        exe.chmod(0o755)
+    if not model_wheels:
+        return _install(python, dest)
+    venv = dest / "models-venv"
+    subprocess.run([str(python), "-m", "venv", "--without-pip", str(venv)], check=True)
+    ours = Path(subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True, capture_output=True, text=True).stdout.strip())
+    for model_wheel in model_wheels:
+        with zipfile.ZipFile(model_wheel) as archive:
+            archive.extractall(ours)
+    view = venv / "machine-packages"
+    view.mkdir()
+    entries = subprocess.run([str(python), "-c", _CLOSURE, *MODEL_PACKAGES], check=True,
+                             capture_output=True, text=True).stdout.split()
+    for entry in map(Path, entries):
+        if entry.exists() and not (view / entry.name).exists():
+            (view / entry.name).symlink_to(entry)
+    (ours / "zz-machine-packages.pth").write_text(f"{view}\n")
+    return _install(venv / "bin" / "python", dest)
+
+
+def _install(python: Path, site: Path) -> TritonInstall:
+    """How to run the tritonserver under `site` with Python models run by `python`."""
+    pyver, libdir = subprocess.run(
+        [str(python), "-c",
+         "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}'); "
          "print(sysconfig.get_config_var('LIBDIR'))"],
         check=True, capture_output=True, text=True,
-    ).stdout.split("\n")
-    site, pyver, libdir = Path(info[0]), info[1], info[2]
+    ).stdout.split("\n")[:2]
     server_dir = site / "pytriton" / "tritonserver"
     stub = server_dir / "backends" / "python" / "triton_python_backend_stub"
     if not stub.exists():  # the stub must match the interpreter the models run with
         shutil.copy2(server_dir / "python_backend_stubs" / pyver / stub.name, stub)
+    libs = [libdir, str(site / "nvidia_pytriton.libs")]
+    if os.environ.get("LD_LIBRARY_PATH"):  # where a GPU machine keeps its driver's libcuda
+        libs.append(os.environ["LD_LIBRARY_PATH"])
     env = {
         **os.environ,
         # The stub embeds this libpython, which ignores PYTHONPATH but finds its prefix by
         # looking up `python3` on PATH: the venv's, so the venv's site-packages are used.
         "PATH": f"{python.parent}:{os.environ.get('PATH', '')}",
-        "LD_LIBRARY_PATH": f"{libdir}:{site / 'nvidia_pytriton.libs'}",
+        "LD_LIBRARY_PATH": ":".join(libs),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -152,10 +235,14 @@ def standin_config(rendered: str) -> str:
     return text
 
 
-def write_repository(dep: TritonLLMDeployment, root: Path, tokenizer: Path) -> Path:
-    files = render_repository(dep, engine_dir="/no/engine/on/cpu", tokenizer_dir=str(tokenizer))
+def write_repository(dep: TritonLLMDeployment, root: Path, tokenizer: Path, *,
+                     standin: Mapping[str, Path] | None = None,
+                     engine_dir: str = "/no/engine/on/cpu") -> Path:
+    """The rendered repository, tensorrt_llm/1/ holding the stand-in's files (by name)."""
+    files = render_repository(dep, engine_dir=engine_dir, tokenizer_dir=str(tokenizer))
     files["tensorrt_llm/config.pbtxt"] = standin_config(files["tensorrt_llm/config.pbtxt"])
-    files["tensorrt_llm/1/model.py"] = STANDIN.read_text()
+    for name, source in (standin or {"model.py": STANDIN}).items():
+        files[f"tensorrt_llm/1/{name}"] = source.read_text()
     for path, text in files.items():
         target = root / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -201,17 +288,18 @@ def production_spec(plan: dict[str, Any]) -> LaunchSpec:
 
 
 def adapted_spec(plan: dict[str, Any], install: TritonInstall, repo: Path,
-              ports: tuple[int, int, int]) -> LaunchSpec:
-    """The production LaunchSpec with only binary, ports, repository and extra args adapted."""
+                 ports: tuple[int, int, int], *, gpus: bool = False) -> LaunchSpec:
+    """The production LaunchSpec with only binary, ports, repository and extra args adapted
+    (on GPUs, Triton's GPU metrics stay on, as in production)."""
     http, grpc, metrics = ports
+    extra = (f"--backend-directory={install.backends}", "--http-address=127.0.0.1",
+             "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1")
     return dataclasses.replace(
         production_spec(plan),
         tritonserver=str(install.tritonserver),
         model_repository=str(repo),
         http_port=http, grpc_port=grpc, metrics_port=metrics,
-        extra_args=(f"--backend-directory={install.backends}", "--http-address=127.0.0.1",
-                    "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-                    "--allow-gpu-metrics=false"),
+        extra_args=extra if gpus else (*extra, "--allow-gpu-metrics=false"),
     )
 
 
@@ -234,23 +322,45 @@ def write_fake_engine(plan: dict[str, Any], engine: Path) -> Path:
     return engine
 
 
-def launch_env(install: TritonInstall, *, token_delay: float = 0.0) -> dict[str, str]:
+def launch_env(install: TritonInstall, *, token_delay: float = 0.0,
+               gpus: bool = False) -> dict[str, str]:
     env = {
         **install.env,
-        # The stand-in engine has no TensorRT-LLM version to compare with (there is none here).
-        "TRITONLLM_SKIP_VERSION_CHECK": "1",
-        # Two "visible GPUs" for launch's check (gpusPerPod = world size); no CUDA here at all.
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(WORLD_SIZE)),
         "TRITONLLM_WAIT_TIMEOUT": "60",
-        # Not in the production argv: 2 ranks may exceed the cores of a CI runner, and a
-        # container may forbid the cross-memory attach of Open MPI's shared-memory transport.
-        "OMPI_MCA_rmaps_base_oversubscribe": "1",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
         "PYTHONUNBUFFERED": "1",
+        # NVLink multicast stays off (shared GPU hosts), also for the ranks' NCCL.
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
     }
+    if not gpus:
+        env |= {
+            # The stand-in engine has no TensorRT-LLM version to compare with (none here).
+            "TRITONLLM_SKIP_VERSION_CHECK": "1",
+            # Two "visible GPUs" for launch's check (gpusPerPod = world size); no CUDA here.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(WORLD_SIZE)),
+            # Not in the production argv: 2 ranks may exceed the cores of a CI runner, and a
+            # container may forbid the cross-memory attach of Open MPI's shared-memory transport.
+            "OMPI_MCA_rmaps_base_oversubscribe": "1",
+            "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        }
     if token_delay:
         env[ENV_STANDIN_TOKEN_DELAY] = str(token_delay)
     return env
+
+
+@dataclasses.dataclass(frozen=True)
+class OnGpus:
+    """How a stack on real GPUs (tests/gpu/check.py) differs from the CPU tier's: the GPU
+    stand-in, an engine directory that `tritonllm build` made, GPU metrics on, the image's
+    TensorRT-LLM version really compared, no stand-ins for visible GPUs, no MPI workarounds."""
+
+    engine_dir: Path
+    env: Mapping[str, str]  # e.g. PYTHONPATH to TensorRT-LLM's package metadata, rendezvous
+    standin: Mapping[str, Path] = dataclasses.field(default_factory=lambda: GPU_STANDIN)
+    extra_args: tuple[str, ...] = ()  # further tritonserver arguments (test-only)
+    # Crashes in native code name the Python line: faulthandler on in our Python models.
+    faulthandler: bool = True
 
 
 @dataclasses.dataclass
@@ -262,6 +372,7 @@ class Stack:
     spec: LaunchSpec
     plan: dict[str, Any]
     log: Path
+    ready_seconds: float  # from starting `tritonllm launch` to /v2/health/ready answering 200
 
 
 def _stop(proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
@@ -277,37 +388,52 @@ def _stop(proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
 
 @contextlib.contextmanager
 def run_stack(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenizer: Path,
-              pyz: Path, *, token_delay: float = 0.0) -> Iterator[Stack]:
+              pyz: Path, *, token_delay: float = 0.0, gpus: OnGpus | None = None
+              ) -> Iterator[Stack]:
     """Render, then run `python -S tritonllm.pyz launch --mode single` until ready; stop it
     with SIGTERM on exit (unless the caller already ended it)."""
-    repo = write_repository(dep, root / "models", tokenizer)
     plan: dict[str, Any] = render_all(dep).launch_plan
-    assert plan["worldSize"] == WORLD_SIZE and plan["runtime"] == "engine", plan
+    assert plan["runtime"] == "engine", plan
+    assert gpus is not None or plan["worldSize"] == WORLD_SIZE, plan
+    if gpus is None:
+        repo = write_repository(dep, root / "models", tokenizer)
+        engine = write_fake_engine(plan, root / "engine")
+    else:
+        engine = gpus.engine_dir
+        repo = write_repository(dep, root / "models", tokenizer, standin=gpus.standin,
+                                engine_dir=str(engine))
+        if gpus.faulthandler:
+            for model in repo.glob("*/1/model.py"):
+                model.write_text(model.read_text() + "\n\nimport faulthandler  # noqa: E402\n"
+                                 "faulthandler.enable(all_threads=True)\n")
     http, grpc, metrics = free_ports(3)
-    spec = adapted_spec(plan, install, repo, (http, grpc, metrics))
-    plan = {**plan, "modelRepository": str(repo),
-            "engineDir": str(write_fake_engine(plan, root / "engine")),
+    spec = adapted_spec(plan, install, repo, (http, grpc, metrics), gpus=gpus is not None)
+    if gpus is not None and gpus.extra_args:
+        spec = dataclasses.replace(spec, extra_args=(*spec.extra_args, *gpus.extra_args))
+    plan = {**plan, "modelRepository": str(repo), "engineDir": str(engine),
             "ports": {"http": http, "grpc": grpc, "metrics": metrics},
             "argv": mpirun_argv(spec)}
     plan_path = root / "launch.json"
     plan_path.write_text(json.dumps(plan, indent=2))
     log = root / "launch.log"
     server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log)
+    env = launch_env(install, token_delay=token_delay, gpus=gpus is not None)
+    env |= gpus.env if gpus is not None else {}
+    started = time.monotonic()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-S", str(pyz), "launch", "--mode", "single", "--plan",
              str(plan_path)],
-            env=launch_env(install, token_delay=token_delay), stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + STARTUP_SECONDS
+        deadline = started + STARTUP_SECONDS
         while not is_ready(server):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"tritonllm launch did not become ready:\n"
                                    f"{log.read_text(errors='replace')[-6000:]}")
-            time.sleep(0.5)
-        yield Stack(server, proc, spec, plan, log)
+            time.sleep(0.2)
+        yield Stack(server, proc, spec, plan, log, time.monotonic() - started)
     finally:
         _stop(proc)
 
@@ -357,6 +483,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def cpus_allowed(pid: int) -> str:
+    """The CPUs a process may run on (/proc/<pid>/status Cpus_allowed_list, e.g. '0-31')."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise ValueError(f"no Cpus_allowed_list for pid {pid}")
+
+
 def listening_ports(pid: int) -> set[int]:
     """TCP ports on which the process holds a listening socket (/proc/<pid>/fd + /proc/net)."""
     inodes = set()
@@ -374,3 +508,30 @@ def listening_ports(pid: int) -> set[int]:
                 if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
                     ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranks:
+    mpirun: int
+    tritonserver: tuple[int, ...]  # by rank
+
+    def stub_pids(self, rank: int) -> list[int]:
+        return [p for p in descendants(self.tritonserver[rank])
+                if cmdline(p)[:1] and cmdline(p)[0].endswith("triton_python_backend_stub")]
+
+    def stubs(self, rank: int) -> list[list[str]]:
+        """Python-backend stub command lines under a rank: [model.py, shm region, ...]."""
+        return [cmdline(p)[1:] for p in self.stub_pids(rank)]
+
+
+def ranks_of(stack: Stack) -> Ranks:
+    """The processes under `tritonllm launch`: exactly one mpirun with a tritonserver per rank."""
+    (mpirun,) = children(stack.launch.pid)
+    assert cmdline(mpirun)[0] == "mpirun"
+    servers = [p for p in children(mpirun) if cmdline(p)[0].endswith("/tritonserver")]
+    assert len(servers) == stack.spec.world_size, [cmdline(p) for p in children(mpirun)]
+    return Ranks(mpirun, tuple(sorted(servers, key=_rank_of)))
+
+
+def _rank_of(pid: int) -> int:
+    return int(next(a for a in cmdline(pid) if a.startswith("--id=rank"))[len("--id=rank"):])

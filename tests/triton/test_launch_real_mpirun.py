@@ -31,38 +31,18 @@ from .conftest import EXAMPLE, example
 from .stack import (
     Stack,
     alive,
-    children,
     cmdline,
+    cpus_allowed,
     descendants,
     listening_ports,
     production_spec,
+    ranks_of,
     undo_adaptations,
 )
 
 pytestmark = pytest.mark.triton
 
 PROMPT = "hello world"
-
-
-@dataclasses.dataclass(frozen=True)
-class Ranks:
-    mpirun: int
-    tritonserver: tuple[int, ...]  # by rank
-
-    def stubs(self, rank: int) -> list[list[str]]:
-        """Python-backend stub command lines under a rank: [model.py, shm region, ...]."""
-        return [cmdline(p)[1:] for p in descendants(self.tritonserver[rank])
-                if cmdline(p)[0].endswith("triton_python_backend_stub")]
-
-
-def ranks_of(stack: Stack) -> Ranks:
-    """The processes under `tritonllm launch`: exactly one mpirun with two tritonserver ranks."""
-    (mpirun,) = children(stack.launch.pid)
-    assert cmdline(mpirun)[0] == "mpirun"
-    servers = [p for p in children(mpirun) if cmdline(p)[0].endswith("/tritonserver")]
-    assert len(servers) == 2, [cmdline(p) for p in children(mpirun)]
-    by_rank = sorted(servers, key=lambda p: [a for a in cmdline(p) if a.startswith("--id=")])
-    return Ranks(mpirun, tuple(by_rank))
 
 
 def generate(stack: Stack, max_tokens: int, timeout: float = 60) -> dict[str, Any]:
@@ -104,6 +84,17 @@ def test_real_mpirun_runs_the_production_argv_with_two_ranks(plain: Stack) -> No
         assert cmdline(pid) == rank_args(plain.spec, rank)
         assert alive(pid)
     assert generate(plain, 5)["text_output"] == expected(5)
+
+
+def test_real_mpirun_leaves_every_rank_all_the_cpus_of_the_pod(plain: Stack) -> None:
+    """Open MPI binds each rank to one core by default (2 ranks or fewer), and what a rank
+    starts inherits it: rank 0's front end, backend threads and Python stubs would share a
+    core. The production argv says --bind-to none."""
+    ranks = ranks_of(plain)
+    pod = cpus_allowed(plain.launch.pid)
+    for rank in (0, 1):
+        pids = [ranks.tritonserver[rank], *descendants(ranks.tritonserver[rank])]
+        assert {cpus_allowed(p) for p in pids} == {pod}, (rank, pod)
 
 
 def test_real_mpirun_only_rank_0_listens(plain: Stack) -> None:

@@ -149,7 +149,9 @@ def test_build_with_fake_trtllm_tools_runs_the_exact_commands_of_each_example(
     )
     assert artifact["worldSize"] == plan["worldSize"]
     assert artifact["gpuProduct"] == GPU_NAME
+    assert artifact["gpuProductLabel"] == "NVIDIA-H100-80GB-HBM3"  # as in nvidia.com/gpu.product
     assert artifact["gpuProductRequested"] == plan["gpuProduct"]
+    assert artifact["gpuCount"] == 8  # the fake nvidia-smi -L lists FAKE_GPUS=8
     assert [s["name"] for s in artifact["steps"]] == [s["name"] for s in plan["steps"]]
     assert [s["argv"] for s in artifact["steps"] if "argv" in s] == expected
     assert all(s["seconds"] >= 0 for s in artifact["steps"])

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_trtllm import FakeImage, image, pyz, relocate, write_plan
+from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
 from tests.helpers import render_example
 from tritonllm.runtime import common, launch, ssh
 
@@ -35,14 +35,15 @@ def launch_plan(img: FakeImage, name: str) -> dict[str, Any]:
 
 
 def make_engine(plan: dict[str, Any], *, tp: int | None = None, pp: int | None = None,
-                config_tp: int | None = None, version: str | None = None) -> None:
+                config_tp: int | None = None, version: str | None = None,
+                gpu: str | None = None) -> None:
     """An engine directory as `tritonllm build` leaves it (artifact.json + config.json)."""
     engine = Path(plan["engineDir"])
     engine.mkdir(parents=True, exist_ok=True)
     tp = plan["tensorParallel"] if tp is None else tp
     pp = plan["pipelineParallel"] if pp is None else pp
     artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
-                "trtllmVersion": version or plan["trtllmVersion"]}
+                "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu}
     (engine / "artifact.json").write_text(json.dumps(artifact))
     mapping = {"tp_size": tp if config_tp is None else config_tp, "pp_size": pp}
     (engine / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": mapping}}))
@@ -124,6 +125,27 @@ def test_launch_refuses_an_engine_built_by_another_trtllm_version(image: FakeIma
     assert image.calls("mpirun") == []
     code, log = run_launch(image, path, TRITONLLM_SKIP_VERSION_CHECK="1")
     assert code == 0, log
+
+
+def test_launch_refuses_an_engine_built_on_another_gpu_product(image: FakeImage) -> None:
+    _, path = ready(image, "gpt2-medium", gpu="NVIDIA H200")  # this pod: the fake H100
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert ("the engine was built on NVIDIA H200 but this pod runs on NVIDIA H100 80GB HBM3"
+            in log)
+    assert "nvidia.com/gpu.product=NVIDIA-H200" in log
+    assert "set spec.gpu.product to NVIDIA-H100-80GB-HBM3" in log
+    assert image.calls("mpirun") == []
+
+
+@pytest.mark.parametrize("built", [common.product_label(GPU_NAME), GPU_NAME, None])
+def test_launch_accepts_an_engine_of_this_gpu_product(image: FakeImage, built: str | None) -> None:
+    """nvidia-smi's name or its label form; an artifact without a product is not refused."""
+    _, path = ready(image, "gpt2-medium", gpu=built)
+    code, log = run_launch(image, path)
+    assert code == 0, log
+    assert f"event=gpu product={json.dumps(GPU_NAME)}" in log
+    assert f"checked={'true' if built else 'false'}" in log
 
 
 def test_launch_refuses_a_missing_engine(image: FakeImage) -> None:

@@ -49,6 +49,7 @@ from .common import (
     same_version,
     trtllm_version,
     version_check_skipped,
+    visible_gpus,
     write_json_atomic,
 )
 
@@ -290,6 +291,7 @@ class Builder:
         if product and requested and product_label(product) != requested:
             log("build", "warning", message=f"built on {product!r}, but the plan asks for "
                 f"{requested!r}: the engine is tuned for the build GPU")
+        gpus, _ = visible_gpus()
         artifact = {
             "schema": ARTIFACT_SCHEMA,
             "engineKey": self.key,
@@ -299,14 +301,16 @@ class Builder:
             "pipelineParallel": mapping.pp,
             "worldSize": mapping.world_size,
             "gpuProduct": product,
+            "gpuProductLabel": product_label(product) if product else None,
             "gpuProductRequested": requested,
+            "gpuCount": gpus,
             "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
             "steps": self.records,
         }
         write_json_atomic(self.engine_dir / ARTIFACT, artifact)
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
-            pp=mapping.pp, trtllmVersion=self.trtllm_version)
+            pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus)
 
 
 def _workers(argv: list[str]) -> int:

@@ -6,8 +6,8 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
 - the model repository must exist (the repository Job renames it into place when complete; we
   wait for it, with progress lines, up to TRITONLLM_WAIT_TIMEOUT seconds);
 - engine runtime: artifact.json tp x pp must equal the world size, agree with the engine's own
-  config.json, and its TensorRT-LLM version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1
-  skips only the version comparison);
+  config.json, its GPU product must be this pod's (nvidia-smi), and its TensorRT-LLM version must
+  equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version comparison);
 - the pod must see the GPUs it is supposed to have.
 
 Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) as a child in the
@@ -34,9 +34,11 @@ from .common import (
     EXIT_VERSION,
     Failure,
     engine_mapping,
+    gpu_product,
     load_plan,
     local_mpi_ranks,
     log,
+    product_label,
     read_json,
     require_gpus,
     run_child,
@@ -153,6 +155,7 @@ def check_engine(plan: dict[str, Any]) -> None:
             f"{engine_dir}/config.json says tp={mapping.tp} pp={mapping.pp} but artifact.json "
             f"says tp={tp} pp={pp}: the engine directory was changed after the build",
         )
+    check_gpu_product(artifact)
     if version_check_skipped():
         return
     built = artifact.get("trtllmVersion")
@@ -167,6 +170,27 @@ def check_engine(plan: dict[str, Any]) -> None:
             "or let the operator rebuild for this one)",
         )
     log("launch", "engine", key=plan["engineKey"], tp=tp, pp=pp, trtllmVersion=image)
+
+
+def check_gpu_product(artifact: dict[str, Any]) -> None:
+    """Refuse an engine built on another GPU product than this pod's (the engine cache is keyed
+    by nvidia.com/gpu.product, so this is a foreign engine under our key). Compared as labels
+    (spaces as dashes), as GPU feature discovery writes them. Skipped when either is unknown."""
+    built = artifact.get("gpuProduct")
+    here = gpu_product()
+    if not built or not here:
+        log("launch", "gpu", product=here, engineProduct=built, checked=False)
+        return
+    if product_label(str(built)) != product_label(here):
+        raise Failure(
+            EXIT_MISMATCH,
+            f"the engine was built on {built} but this pod runs on {here}: a TensorRT-LLM "
+            "engine is built for the GPU that built it (another compute capability cannot load "
+            "it; another product of the same one runs tactics tuned for the wrong GPU); serve "
+            f"on nodes labelled nvidia.com/gpu.product={product_label(str(built))}, or set "
+            f"spec.gpu.product to {product_label(here)} so the operator builds for this GPU",
+        )
+    log("launch", "gpu", product=here, engineProduct=built, checked=True)
 
 
 def leader_command(plan: dict[str, Any], argv: list[str], workdir: Path) -> list[str]:

@@ -89,7 +89,10 @@ def mpirun_argv(
         raise ValueError("world_size must be >= 1")
     if spec.single_process:
         return rank_args(dataclasses.replace(spec, world_size=1), 0)
-    argv = [mpirun, "--allow-run-as-root", "--tag-output"]
+    # --bind-to none: Open MPI binds each rank to ONE core by default (2 ranks or fewer; a
+    # socket above), and everything a rank starts inherits it: the HTTP/gRPC front end, the
+    # backend's threads and the pre/postprocessing Python stubs of rank 0 would share one core.
+    argv = [mpirun, "--allow-run-as-root", "--tag-output", "--bind-to", "none"]
     for mca in extra_mca:
         argv += ["--mca", *mca.split("=", 1)] if "=" in mca else ["--mca", mca]
     if spec.hosts:
