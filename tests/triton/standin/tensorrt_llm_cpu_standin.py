@@ -7,8 +7,10 @@ tokens or end_id. It honours the parts of the contract the pipeline exercises: i
 input_lengths, request_output_len, end_id, streaming, exclude_input_in_output (input, else the
 config parameter); every other declared output is returned zero-filled with its declared type.
 Decoupled, it sends one response per token as it is generated when asked to stream, else one
-response. TRITONLLM_STANDIN_TOKEN_DELAY (seconds, default 0) slows each token down, so that tests
-can have requests in flight (a graceful drain).
+response; responses carry only the outputs the request asked for. TRITONLLM_STANDIN_TOKEN_DELAY
+(seconds, default 0) slows each token down, so that tests can have requests in flight (a graceful
+drain). The GPU stand-in (tensorrt_llm_gpu_standin.py) imports this module for its request
+parsing and responses.
 """
 
 from __future__ import annotations
@@ -52,21 +54,26 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 
+    def _parse(self, request: Any) -> tuple[np.ndarray, bool, bool]:
+        """(prompt token ids, streaming, exclude_input_in_output) of one request."""
+        streaming = bool(_scalar(request, "streaming"))
+        if streaming and not self.decoupled:
+            raise ValueError("Streaming is only supported in decoupled mode.")
+        prompt = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[0]
+        prompt = prompt[: int(_scalar(request, "input_lengths"))]
+        exclude = _scalar(request, "exclude_input_in_output")
+        exclude = self.exclude_input if exclude is None else bool(exclude)
+        return prompt, streaming, exclude
+
     def _respond(self, request: Any) -> Iterator[Any]:
         try:
-            streaming = bool(_scalar(request, "streaming"))
-            if streaming and not self.decoupled:
-                raise ValueError("Streaming is only supported in decoupled mode.")
-            prompt = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy()[0]
-            prompt = prompt[: int(_scalar(request, "input_lengths"))]
-            exclude = _scalar(request, "exclude_input_in_output")
-            exclude = self.exclude_input if exclude is None else bool(exclude)
+            prompt, streaming, exclude = self._parse(request)
             if streaming:
                 for token in self._generate(prompt, request):
-                    yield self._response([token])
+                    yield self._response([token], request)
                 return
             tokens = list(self._generate(prompt, request))
-            yield self._response(tokens if exclude else [*prompt.tolist(), *tokens])
+            yield self._response(tokens if exclude else [*prompt.tolist(), *tokens], request)
         except Exception as exc:
             yield pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
 
@@ -80,9 +87,14 @@ class TritonPythonModel:
                 time.sleep(self.token_delay)
             yield token
 
-    def _response(self, tokens: list[int]) -> Any:
+    def _response(self, tokens: list[int], request: Any) -> Any:
+        """Only the outputs the request asked for (all when it names none): the Python backend
+        prunes the others of a decoupled response, and that pruning crashed its 3.12 stub."""
+        wanted = set(request.requested_output_names()) or set(self.outputs)
         tensors = []
         for name, (dtype, dims) in self.outputs.items():
+            if name not in wanted:
+                continue
             if name == "output_ids":
                 value = np.array([[tokens]], dtype)
             elif name == "sequence_length":

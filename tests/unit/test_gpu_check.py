@@ -1,0 +1,128 @@
+"""The pure parts of the GPU recipe (tests/gpu/check.py; it runs on GPU machines only): metrics
+parsing, the stand-in's placement lines, nvidia-smi output, expected texts, the figure table; and
+the package view that the recipe's models environment gets (stack._CLOSURE)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.gpu.check import (
+    Checks,
+    by_label,
+    compute_apps,
+    figure_rows,
+    parse_metrics,
+    parse_standin_lines,
+    placement_problems,
+    text_of,
+    total,
+    words,
+)
+from tests.triton.stack import _CLOSURE
+
+# As Triton 2.51 exported them on the H200 machine (2026-11-23), trimmed.
+METRICS = """\
+# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="GPU-8f5951f4-b3eb-a769-2a75-05b29843beb9"} 0.05
+nv_gpu_utilization{gpu_uuid="GPU-1b2cdef2-d965-c8f6-af94-5832135dbfbe"} 0.26
+# TYPE nv_gpu_memory_used_bytes gauge
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-8f5951f4-b3eb-a769-2a75-05b29843beb9"} 2988441600
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-1b2cdef2-d965-c8f6-af94-5832135dbfbe"} 2889875456
+nv_inference_request_success{model="ensemble",version="1"} 2810
+nv_inference_request_success{model="tensorrt_llm",version="1"} 2810
+nv_inference_queue_duration_us{model="tensorrt_llm",version="1"} 5.5433893e+07
+nv_cpu_utilization 0.125
+"""
+GPU0, GPU1 = "GPU-1b2cdef2-d965-c8f6-af94-5832135dbfbe", "GPU-8f5951f4-b3eb-a769-2a75-05b29843beb9"
+
+
+def test_metrics_by_gpu_uuid_not_by_position() -> None:
+    """Triton lists GPU 1 first here: only the gpu_uuid label identifies a GPU."""
+    samples = parse_metrics(METRICS)
+    assert by_label(samples, "nv_gpu_utilization", "gpu_uuid") == {GPU1: 0.05, GPU0: 0.26}
+    assert by_label(samples, "nv_gpu_memory_used_bytes", "gpu_uuid")[GPU0] == 2889875456
+    assert total(samples, "nv_inference_request_success") == 5620
+    assert total(samples, "nv_inference_request_success", model="tensorrt_llm") == 2810
+    assert total(samples, "nv_inference_queue_duration_us", model="tensorrt_llm") == 55433893
+    assert total(samples, "nv_cpu_utilization") == 0.125
+    assert not [s for s in samples if s.name.startswith("#")]
+
+
+def standin_line(rank: int, uuid: str, device: str | None = None) -> str:
+    return (f"[1,{rank}]<stderr>:tritonllm-standin rank={rank} local_rank={rank} world=2 "
+            f"device={device or f'cuda:{rank}'} pid={100 + rank} cuda_visible_devices= "
+            f"uuid={uuid} name=NVIDIA_H200 init_seconds=1.2")
+
+
+def test_standin_lines_are_read_from_mpirun_tagged_output() -> None:
+    log = "\n".join(["[1,0]<stderr>:I1123 model_lifecycle.cc:839] loaded", standin_line(1, GPU1),
+                     standin_line(0, GPU0)])
+    lines = parse_standin_lines(log)
+    assert [(x["rank"], x["device"], x["uuid"], x["pid"]) for x in lines] == [
+        ("1", "cuda:1", GPU1, "101"), ("0", "cuda:0", GPU0, "100")]
+
+
+def test_placement_one_rank_per_gpu_in_nvidia_smi_order() -> None:
+    gpus = [(0, GPU0), (1, GPU1)]
+    good = parse_standin_lines("\n".join([standin_line(0, GPU0), standin_line(1, GPU1)]))
+    assert placement_problems(good, 2, gpus) == []
+    shared = parse_standin_lines("\n".join([standin_line(0, GPU0),
+                                             standin_line(1, GPU0, "cuda:1")]))
+    assert any("share GPU" in p for p in placement_problems(shared, 2, gpus))
+    swapped = parse_standin_lines("\n".join([standin_line(0, GPU1), standin_line(1, GPU0)]))
+    assert placement_problems(swapped, 2, gpus) == [
+        f"rank 0 runs on {GPU1}, nvidia-smi index 1", f"rank 1 runs on {GPU0}, nvidia-smi index 0"]
+    one = parse_standin_lines(standin_line(0, GPU0))
+    assert placement_problems(one, 2, gpus) == ["stand-in ranks [0], expected 0..1"]
+    wrong_device = parse_standin_lines(standin_line(0, GPU0, "cuda:1"))
+    assert placement_problems(wrong_device, 1, gpus[:1]) == [
+        "rank 0 on cuda:1 (local rank 0), expected cuda:0"]
+
+
+def test_compute_apps_parses_nvidia_smi_csv() -> None:
+    csv = f"801, 1570, {GPU0}\n776, 582, {GPU1}\nNo running processes found\n"
+    assert compute_apps(csv) == [(801, 1570.0, GPU0), (776, 582.0, GPU1)]
+
+
+def test_expected_texts_skip_special_tokens_like_postprocessing() -> None:
+    vocab = {"<pad>": 0, "<unk>": 1, "</s>": 2, "<s>": 3, "lazy": 12, "dog": 13}
+    assert words([3, 12, 13], vocab) == ["", "lazy", "dog"]
+    assert text_of([12, 13, 3, 12], vocab) == "lazy dog lazy"
+
+
+def test_figure_rows_and_checks() -> None:
+    rows = figure_rows([
+        {"device": "gpu", "endpoint": "generate", "concurrency": 16, "requests": 2689,
+         "errors": 0, "requests_per_s": 334.5, "tokens_per_s": 5352.0, "p50_ms": 45.1,
+         "p95_ms": 58.9, "ttft_p50_ms": None},
+        {"device": "gpu+stream", "endpoint": "generate_stream", "concurrency": 1,
+         "requests": 305, "errors": 0, "requests_per_s": 38.2, "tokens_per_s": 610.8,
+         "p50_ms": 26.4, "p95_ms": 31.7, "ttft_p50_ms": 4.7},
+    ])
+    assert rows[0].split() == ["stand-in", "on", "endpoint", "conc", "req/s", "tok/s", "p50",
+                               "ms", "p95", "ms", "ttft", "p50", "n", "err"]
+    assert rows[1].split() == ["gpu", "generate", "16", "334.5", "5352.0", "45.1", "58.9", "-",
+                               "2689", "0"]
+    assert rows[2].split()[-4:] == ["31.7", "4.7", "305", "0"]
+    check = Checks()
+    assert check("a", True) and not check("b", False, "why")
+    assert check.guarded("c", lambda: 1 / 0) is None
+    assert check.failed == ["b", "c"]
+    assert check.results[-1] == ("c", False, "ZeroDivisionError: division by zero")
+
+
+def test_models_view_holds_the_required_closure_without_numpy() -> None:
+    """The recipe's models see the machine's packages through this list only: a package's
+    required dependencies (no extras), never NumPy (theirs is NumPy 1.26)."""
+    out = subprocess.run([sys.executable, "-c", _CLOSURE, "pydantic", "tritonclient"],
+                         check=True, capture_output=True, text=True).stdout.split()
+    names = {Path(p).name for p in out}
+    assert {"pydantic", "pydantic_core", "annotated_types", "typing_inspection"} <= names
+    assert any(n.startswith("pydantic-") and n.endswith(".dist-info") for n in names)
+    assert {"tritonclient", "urllib3"} <= names
+    assert any(n.startswith("rapidjson") for n in names)  # python-rapidjson, a required dep
+    assert not [n for n in names if n.startswith("numpy")]
+    assert "grpc" not in names  # tritonclient's grpc extra is optional: not followed
