@@ -14,6 +14,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+# Examples reconciled on the simulated (kwok) GPU nodes; the others run real containers on the
+# real node (tests/cluster/test_real_flow.py).
+SIMULATED_EXAMPLES = [p for p in EXAMPLES if "tritonllm.io/real-node" not in p.read_text()]
 
 BASE: dict[str, Any] = {
     "apiVersion": "tritonllm.io/v1alpha1",

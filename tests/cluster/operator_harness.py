@@ -86,8 +86,11 @@ def run_operator(
     resync: float = 3.0,
     tag: str = "op",
     kubeconfig: Path | None = None,
+    tools_image: str = "registry.invalid/tritonllm:test",
 ) -> Iterator[Operator]:
-    """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given)."""
+    """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
+    on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
+    local registry."""
     metrics_port, health_port = free_port(), free_port()
     log = tmp / f"{tag}.log"
     args = [
@@ -108,7 +111,7 @@ def run_operator(
         "--resync-seconds",
         str(resync),
         "--tools-image",
-        "registry.invalid/tritonllm:test",
+        tools_image,
     ]
     env = {**os.environ, "TRITONLLM_PEERING": peering or ""}
     if not peering:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cases import EXAMPLES
+from tests.cases import SIMULATED_EXAMPLES
 from tests.cluster.operator_harness import (
     condition,
     dump,
@@ -54,7 +54,7 @@ def _deployment(cluster: LocalCluster, ns: str, name: str) -> dict:
     return cluster.kubectl_json("get", "deployment", name, "-n", ns)
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SIMULATED_EXAMPLES, ids=lambda p: p.stem)
 def test_example_reaches_ready(
     cluster: LocalCluster, namespace: str, tmp_path: Path, path: Path
 ) -> None:

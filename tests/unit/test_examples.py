@@ -132,3 +132,53 @@ def test_gpt2_medium() -> None:
     assert params(pbtxt(r.repository["tensorrt_llm/config.pbtxt"]))["gpt_model_type"] == (
         "inflight_fused_batching"
     )
+
+
+def test_cpu_standin() -> None:
+    """The real-node example: world size 2 on the stand-in image and its two stand-in GPUs,
+    placed on real-0, its store a local-path claim that the repository Job reaches too."""
+    r = render_example("cpu-standin")
+    assert r.launch_plan["worldSize"] == 2 and ranks(r.launch_plan["argv"]) == 2
+    assert r.launch_plan["trtllmVersion"] == "1.2.1"
+    dep = r.one("Deployment")
+    triton = container(dep)
+    assert triton["image"] == "127.0.0.1:5000/tritonllm/triton-standin:26.07-trtllm-python-py3"
+    assert triton["resources"]["limits"] == {"cpu": "1", "memory": "4Gi", c.GPU_RESOURCE: "2"}
+    pvc = r.one("PersistentVolumeClaim")["spec"]
+    assert pvc["storageClassName"] == "local-path" and pvc["accessModes"] == ["ReadWriteOnce"]
+    real = {"key": "tritonllm.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    gpu = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    for spec in (dep["spec"]["template"]["spec"], r.build_job["spec"]["template"]["spec"],
+                 r.repository_job["spec"]["template"]["spec"]):
+        assert spec["nodeSelector"] == {"kubernetes.io/hostname": "real-0"}
+        assert real in spec["tolerations"] and gpu in spec["tolerations"]
+        (store,) = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert store["persistentVolumeClaim"]["claimName"] == "tritonllm-cpu-store"
+    terms = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["NVIDIA-CPU-STANDIN"]
+    build = _step(r, "build")["argv"]
+    assert _flag(build, "--workers") == "2"
+    assert _step(r, "download")["kind"] == "local"
+    assert r.build_plan["weightsDir"] == "/store/models/tiny-gpt2"
+    trt = params(pbtxt(r.repository["tensorrt_llm/config.pbtxt"]))
+    assert trt["gpt_model_type"] == "inflight_fused_batching"
+    assert pbtxt(r.repository["tensorrt_llm/config.pbtxt"]).model_transaction_policy.decoupled
+
+
+def test_repository_job_is_placed_only_when_the_pod_template_places_pods() -> None:
+    """Examples without nodeSelector/tolerations keep a repository Job that runs anywhere."""
+    spec = render_example("gpt2-medium").repository_job["spec"]["template"]["spec"]
+    assert "nodeSelector" not in spec and "tolerations" not in spec
+
+
+def test_only_the_real_node_example_is_left_out_of_the_simulated_runs() -> None:
+    """scripts/demo and test_example_reaches_ready (kwok) skip the real-node example."""
+    import yaml
+
+    from tests.cases import SIMULATED_EXAMPLES
+    from tritonllm.cli.demo import needs_real_node
+
+    real = {p.stem for p in EXAMPLES if needs_real_node(yaml.safe_load(p.read_text()))}
+    assert real == {"cpu-standin"}
+    assert {p.stem for p in EXAMPLES} - {p.stem for p in SIMULATED_EXAMPLES} == real

@@ -79,6 +79,20 @@ GOLDEN: dict[str, list[str]] = {
 }
 
 
+# Examples whose checkpoint is already on a claim (pvc://): no Hub call, the same commands.
+GOLDEN_LOCAL: dict[str, list[str]] = {
+    # The real node's example: a checkpoint on the store claim (pvc://), 2 ranks on 2 GPUs.
+    "cpu-standin": [
+        "python3 {X}/gpt/convert_checkpoint.py --model_dir {W} --output_dir {C} "
+        "--dtype float16 --tp_size 2 --pp_size 1",
+        "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 4 "
+        "--max_input_len 64 --max_seq_len 128 --max_num_tokens 256 --max_beam_width 1 "
+        "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
+        "--kv_cache_type paged --workers 2",
+    ],
+}
+
+
 def build_plan_for(rendered: Rendered, img: FakeImage) -> dict[str, Any]:
     plan: dict[str, Any] = relocate(rendered.build_plan, img.root)
     if "exampleRoots" in plan:
@@ -112,7 +126,27 @@ def engine_examples() -> list[str]:
 
 
 def test_every_engine_example_has_golden_commands() -> None:
-    assert sorted(engine_examples()) == sorted(GOLDEN)
+    assert sorted(engine_examples()) == sorted([*GOLDEN, *GOLDEN_LOCAL])
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_LOCAL))
+def test_build_from_a_checkpoint_on_the_claim_runs_the_exact_commands(
+    image: FakeImage, name: str
+) -> None:
+    rendered, plan = prepared(image, name)
+    weights = Path(plan["weightsDir"])
+    weights.mkdir(parents=True)
+    (weights / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    code, log = run_build(image, plan)
+    assert code == 0, log
+    assert "event=skip step=download" in log
+    paths = {"X": str(image.examples), "W": plan["weightsDir"], "C": plan["checkpointDir"],
+             "E": plan["engineDir"]}
+    assert image.commands() == [line.format(**paths).split() for line in GOLDEN_LOCAL[name]]
+    assert image.calls("huggingface_hub") == []
+    artifact = json.loads((Path(plan["engineDir"]) / "artifact.json").read_text())
+    assert artifact["engineKey"] == rendered.engine_key
+    assert (artifact["tensorParallel"], artifact["worldSize"]) == (2, 2)
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))

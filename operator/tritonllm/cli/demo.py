@@ -45,6 +45,16 @@ def _multi_node(obj: dict[str, Any]) -> bool:
     return is_multi_node(parse_deployment(obj))
 
 
+def needs_real_node(obj: dict[str, Any]) -> bool:
+    """An example made for the local cluster's real node (examples/cpu-standin.yaml): it
+    tolerates the real node's taint and runs real containers, so the simulated demo leaves it
+    out (docs/examples.md walks through it)."""
+    from tritonllm.cluster.node import TAINT_KEY
+
+    tolerations = ((obj.get("spec") or {}).get("podTemplate") or {}).get("tolerations") or []
+    return any(t.get("key") == TAINT_KEY for t in tolerations)
+
+
 def _wait_scheduled(cluster: Any, names: list[str], timeout: float = 120) -> None:
     """Until every serving pod of these deployments is bound to a node."""
     deadline = time.monotonic() + timeout
@@ -153,6 +163,10 @@ def run(args: argparse.Namespace) -> int:
         # Multi-node examples first: they need whole free nodes, and the scheduler's default
         # spreading would otherwise scatter the small deployments over every GPU node.
         objs = [yaml.safe_load(path.read_text()) for path in examples]
+        real = [o["metadata"]["name"] for o in objs if needs_real_node(o)]
+        if real:
+            print(f"   skipped (real containers, see docs/examples.md): {', '.join(real)}")
+        objs = [o for o in objs if not needs_real_node(o)]
         waves = [[o for o in objs if _multi_node(o)], [o for o in objs if not _multi_node(o)]]
         print(f"== applying {len(objs)} examples to namespace {NAMESPACE}")
         applied: dict[str, float] = {}

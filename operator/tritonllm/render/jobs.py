@@ -33,6 +33,7 @@ from .pod import (
     pod_spec_common,
     shm_volume,
     store_mounts,
+    store_placement,
     store_volumes,
     tools_init_container,
 )
@@ -196,6 +197,9 @@ def repository_job(
                 "metadata": {"labels": pod_labels(dep, labels)},
                 "spec": {
                     "securityContext": pod_spec_common(dep)["securityContext"],
+                    # Placed like the pods that share the store: a node-local claim
+                    # (ReadWriteOnce, local-path) is reachable only where they run.
+                    **store_placement(dep),
                     "restartPolicy": "Never",
                     "containers": [container],
                     "volumes": [

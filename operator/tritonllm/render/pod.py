@@ -216,6 +216,19 @@ def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
     return spec
 
 
+def store_placement(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """podTemplate's nodeSelector and tolerations for a CPU pod that mounts the store (the
+    repository Job), so it reaches a node-local claim where the GPU pods run; nothing when
+    podTemplate places nothing (the Job then runs on any node, as before)."""
+    pt = dep.spec.podTemplate
+    out: dict[str, Any] = {}
+    if pt.tolerations or pt.nodeSelector:
+        out["tolerations"] = tolerations(dep)
+    if pt.nodeSelector:
+        out["nodeSelector"] = dict(pt.nodeSelector)
+    return out
+
+
 def pod_labels(dep: TritonLLMDeployment, labels: dict[str, str]) -> dict[str, str]:
     """User labels first, so the operator's labels (selectors) always win."""
     return {**dep.spec.podTemplate.labels, **labels}
