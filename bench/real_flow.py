@@ -1,0 +1,87 @@
+"""examples/cpu-standin.yaml on real containers: apply -> first answer, cold and warm. Figures,
+not pass/fail (tests/cluster/test_real_flow.py checks the flow itself).
+
+    .venv/bin/python -m bench.real_flow [--cluster NAME] [--rounds N]
+
+Uses the local cluster NAME with its real node (a running one is reused and left running; one
+started here is stopped at the end). Each round takes a fresh namespace, so the engine cache is
+empty: the store is seeded (examples/cpu-standin/seed.yaml), the example is applied with kubectl
+while the operator runs on the host, and the time until /v2/models/ensemble/generate answers
+through the Service is the **cold** figure (engine build Job, repository Job, two tritonserver
+ranks). The deployment is then deleted and a second one of the same model applied: the time to
+its first answer is the **warm** figure (cached engine, no build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from tests.cluster.operator_harness import jobs, run_operator
+from tests.cluster.test_real_flow import EXAMPLE, SEED, _first_answer, _pods
+
+from tritonllm.cluster import images
+from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.node import REGISTRY_ADDR
+from tritonllm.cluster.testing import fresh_namespace, wait_for
+
+
+def one_round(
+    cluster: LocalCluster, refs: dict[str, str], tmp: Path, i: int
+) -> tuple[float, float]:
+    with fresh_namespace(cluster, f"bench-real-flow-{i}") as ns:
+        cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
+        cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
+                        "--timeout=240s", timeout=270)
+        with run_operator(cluster, ns, tmp, tools_image=refs["operator"], tag=f"op{i}") as op:
+            start = time.monotonic()
+            cluster.kubectl("apply", "-n", ns, "-f", str(EXAMPLE))
+            _first_answer(cluster, ns, "cpu-standin", op, 420)
+            cold = time.monotonic() - start
+            cluster.kubectl("delete", "tllm", "cpu-standin", "-n", ns, "--wait=true")
+            wait_for(lambda: not _pods(cluster, ns, "server")
+                     and not jobs(cluster, ns, "tritonllm-build-"),
+                     timeout=180, what="first deployment collected")
+            second = yaml.safe_load(EXAMPLE.read_text())
+            second["metadata"]["name"] = "cpu-standin-warm"
+            start = time.monotonic()
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(second))
+            cr, _ = _first_answer(cluster, ns, "cpu-standin-warm", op, 300)
+            warm = time.monotonic() - start
+            assert cr["status"]["engine"]["cached"] is True, cr["status"]
+    return cold, warm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cluster", default="bench", help="local cluster name (default: bench)")
+    ap.add_argument("--rounds", type=int, default=1, help="cold + warm rounds (default: 1)")
+    args = ap.parse_args()
+    cluster = LocalCluster(name=args.cluster, real_node=True)
+    started = not cluster.is_running()
+    cluster.up()
+    try:
+        refs = images.ensure_images(REGISTRY_ADDR)
+        colds, warms = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.rounds):
+                cold, warm = one_round(cluster, refs, Path(tmp), i)
+                colds.append(cold)
+                warms.append(warm)
+                print(f"round {i + 1}: apply -> first answer  cold {cold:6.1f} s   "
+                      f"warm {warm:6.1f} s", flush=True)
+        print(f"cpu-standin (tp 2, world size 2, real node): cold median "
+              f"{statistics.median(colds):.1f} s (engine build), warm median "
+              f"{statistics.median(warms):.1f} s (cached engine), {args.rounds} round(s)")
+    finally:
+        if started:
+            cluster.down()
+
+
+if __name__ == "__main__":
+    main()
