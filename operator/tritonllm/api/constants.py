@@ -36,6 +36,7 @@ LABEL_DEPLOYMENT: Final = f"{GROUP}/deployment"
 APP_NAME: Final = "tritonllm"
 
 COMPONENT_SERVER: Final = "server"
+COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
 COMPONENT_STORE: Final = "model-store"

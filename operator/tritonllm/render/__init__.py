@@ -15,9 +15,10 @@ from tritonllm.triton.launch import LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
 from . import jobs, naming, serving, store
+from .manifest import Manifest
 from .pod import RenderOptions
 
-__all__ = ["RenderOptions", "Rendered", "render_all", "validate"]
+__all__ = ["Manifest", "RenderOptions", "Rendered", "render_all", "validate"]
 
 
 def validate(dep: TritonLLMDeployment) -> list[FieldError]:
@@ -36,8 +37,16 @@ class Rendered:
     repository_key: str
     repository_dir: str
     engine_dir: str
-    # Kubernetes objects in apply order.
-    objects: list[dict[str, Any]]
+    # The Kubernetes objects, by role (`objects` lists them in apply order).
+    store: Manifest | None  # the model-store claim, when the spec asks to create it
+    build_configmap: Manifest  # the build (or, for llmapi, download) plan
+    build_job: Manifest  # the engine-build (or download) Job, shared by its engine key
+    repository_configmap: Manifest  # the repository files and the repository/launch plans
+    repository_job: Manifest
+    service: Manifest
+    workload: Manifest  # Deployment or LeaderWorkerSet
+    autoscaler: Manifest | None  # HorizontalPodAutoscaler
+    disruption_budget: Manifest | None  # PodDisruptionBudget
     # The model repository: relative path -> file content.
     repository: dict[str, str]
     build_plan: dict[str, Any]
@@ -45,23 +54,26 @@ class Rendered:
     endpoint: str
     selector: str
 
-    def by_kind(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.objects if o["kind"] == kind]
-
     @property
-    def build_job(self) -> dict[str, Any]:
-        """The engine-build (or, for llmapi, download) Job."""
-        return next(
-            o for o in self.by_kind("Job") if o["metadata"]["name"].endswith(self.engine_key)
+    def objects(self) -> list[Manifest]:
+        """Every object, in apply order."""
+        ordered = (
+            self.store,
+            self.build_configmap,
+            self.build_job,
+            self.repository_configmap,
+            self.repository_job,
+            self.service,
+            self.workload,
+            self.autoscaler,
+            self.disruption_budget,
         )
+        return [o for o in ordered if o is not None]
 
-    @property
-    def repository_job(self) -> dict[str, Any]:
-        return next(
-            o for o in self.by_kind("Job") if o["metadata"]["name"].endswith(self.repository_key)
-        )
+    def by_kind(self, kind: str) -> list[Manifest]:
+        return [o for o in self.objects if o.kind == kind]
 
-    def one(self, kind: str) -> dict[str, Any]:
+    def one(self, kind: str) -> Manifest:
         found = self.by_kind(kind)
         if len(found) != 1:
             raise LookupError(f"expected one {kind}, found {len(found)}")
@@ -163,21 +175,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         jobs.REPOSITORY_PLAN_KEY: json.dumps(rplan, indent=2, sort_keys=True),
     }
 
-    objects: list[dict[str, Any]] = []
-    pvc = store.pvc(dep)
-    if pvc:
-        objects.append(pvc)
-    objects += [
-        jobs.build_configmap(dep, key, bplan),
-        jobs.build_job(dep, key, gpus, opts),
-        jobs.plan_configmap(dep, repo_key, cm_files),
-        jobs.repository_job(dep, repo_key, sorted(repo_files), opts),
-        serving.service(dep),
-        (serving.leader_worker_set if serving.is_multi_node(dep) else serving.deployment)(
-            dep, repo_key, key, opts
-        ),
-    ]
-    objects += [o for o in (serving.hpa(dep), serving.pod_disruption_budget(dep)) if o]
+    workload = serving.leader_worker_set if serving.is_multi_node(dep) else serving.deployment
     return Rendered(
         name=dep.name,
         namespace=dep.namespace,
@@ -185,10 +183,22 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         repository_key=repo_key,
         repository_dir=repo_dir,
         engine_dir=e_dir,
-        objects=objects,
+        store=_manifest(store.pvc(dep)),
+        build_configmap=Manifest.of(jobs.build_configmap(dep, key, bplan)),
+        build_job=Manifest.of(jobs.build_job(dep, key, gpus, opts)),
+        repository_configmap=Manifest.of(jobs.plan_configmap(dep, repo_key, cm_files)),
+        repository_job=Manifest.of(jobs.repository_job(dep, repo_key, sorted(repo_files), opts)),
+        service=Manifest.of(serving.service(dep)),
+        workload=Manifest.of(workload(dep, repo_key, key, opts)),
+        autoscaler=_manifest(serving.hpa(dep)),
+        disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
         repository=repo_files,
         build_plan=bplan,
         launch_plan=lplan,
         endpoint=serving.endpoint(dep, opts),
         selector=naming.selector_string(dep),
     )
+
+
+def _manifest(body: dict[str, Any] | None) -> Manifest | None:
+    return None if body is None else Manifest.of(body)
