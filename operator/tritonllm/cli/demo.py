@@ -40,9 +40,8 @@ def _ready(item: dict[str, Any]) -> bool:
 
 def _multi_node(obj: dict[str, Any]) -> bool:
     from tritonllm.api.deployment import parse_deployment
-    from tritonllm.render.serving import is_multi_node
 
-    return is_multi_node(parse_deployment(obj))
+    return parse_deployment(obj).spec.topology.multi_node
 
 
 def _wait_scheduled(cluster: Any, names: list[str], timeout: float = 120) -> None:

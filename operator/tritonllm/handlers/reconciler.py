@@ -113,12 +113,13 @@ class Reconciler:
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
         engine = await self.kube.get(c.API_VERSION, c.ENGINE_KIND, dep.namespace, key)
-        workload_kind = (
-            ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-            if dep.spec.world_size > dep.spec.gpu.perNode and dep.spec.runtime == "engine"
-            else ("apps/v1", "Deployment")
+        topology = dep.spec.topology
+        workload = await self.kube.get(
+            topology.workload_api_version,
+            topology.workload_kind,
+            dep.namespace,
+            naming.serving_name(dep),
         )
-        workload = await self.kube.get(*workload_kind, dep.namespace, naming.serving_name(dep))
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
             engine_cached=is_cache_hit(record_status(engine), uid),

@@ -5,16 +5,12 @@ model-repository file it needs. No I/O, no cluster: `tritonllm render` and the o
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
-from tritonllm.api import constants as c
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
-from tritonllm.triton.build import build_gpus, build_plan, download_plan, download_step
-from tritonllm.triton.launch import LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
-from . import jobs, naming, serving, store
+from . import jobs, naming, plans, serving, store
 from .manifest import Manifest
 from .pod import RenderOptions
 
@@ -80,113 +76,29 @@ class Rendered:
         return found[0]
 
 
-def launch_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, Any]:
-    """What `tritonllm launch` executes: the checks to make and the exact command."""
-    spec = dep.spec
-    multi = serving.is_multi_node(dep)
-    launch = LaunchSpec(
-        world_size=spec.world_size,
-        model_repository=repo_dir,
-        single_process=spec.runtime == "llmapi",
-    )
-    return {
-        "version": 1,
-        "runtime": spec.runtime,
-        "engineKey": key,
-        "engineDir": naming.engine_dir(key),
-        "modelRepository": repo_dir,
-        "trtllmVersion": str(dep.trtllm_version),
-        "tensorParallel": spec.engine.parallelism.tensor,
-        "pipelineParallel": spec.engine.parallelism.pipeline,
-        "worldSize": spec.world_size,
-        "gpusPerPod": serving.gpus_per_pod(dep),
-        "nodes": serving.nodes_per_replica(dep),
-        "ports": {
-            "http": launch.http_port,
-            "grpc": launch.grpc_port,
-            "metrics": launch.metrics_port,
-        },
-        # Single node: the full command. Multi node: the leader adds --host from its group.
-        "argv": mpirun_argv(launch),
-        "ssh": {"port": 2222, "keyDir": serving.MPI_SSH_MOUNT} if multi else None,
-    }
-
-
 def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> Rendered:
     opts = opts or RenderOptions()
     spec = dep.spec
     key = naming.engine_key(dep)
     e_dir = naming.engine_dir(key)
-    weights = naming.weights_dir(dep)
-    if spec.runtime == "llmapi":
-        bplan = download_plan(spec, model_key=key, weights_dir=weights)
-        gpus = 0
-    else:
-        bplan = build_plan(
-            spec,
-            dep.trtllm_version,
-            engine_key=key,
-            weights_dir=weights,
-            checkpoint_dir=naming.checkpoint_dir(key),
-            engine_dir=e_dir,
-        )
-        gpus = build_gpus(spec)
-    tok = naming.tokenizer_dir(dep)
-    if spec.model.tokenizer.source:
-        bplan["steps"].insert(
-            1,
-            download_step(
-                spec,
-                weights_dir=tok,
-                source=spec.model.tokenizer.source,
-                revision="main",
-                name="download-tokenizer",
-            ),
-        )
-
-    repo_files = render_repository(dep, engine_dir=e_dir, tokenizer_dir=tok)
-    # The repository key covers the files and what the launch plan depends on.
-    repo_key = naming.repository_key(
-        {**repo_files, "_launch": json.dumps(launch_plan(dep, key, "<repo>"), sort_keys=True)}
-    )
-    repo_dir = naming.repository_dir(dep, repo_key)
-    lplan = launch_plan(dep, key, repo_dir)
-    rplan = {
-        "version": 1,
-        "engineKey": key,
-        "steps": [
-            {
-                "name": "repository",
-                "from": f"{c.PLAN_MOUNT}/repo",
-                "to": repo_dir,
-                "engineDir": e_dir if spec.runtime == "engine" else None,
-                "weightsDir": weights,
-                "expect": {
-                    "tensorParallel": spec.engine.parallelism.tensor,
-                    "pipelineParallel": spec.engine.parallelism.pipeline,
-                    "trtllmVersion": str(dep.trtllm_version),
-                },
-            }
-        ],
-    }
-    cm_files = {
-        **repo_files,
-        jobs.LAUNCH_PLAN_KEY: json.dumps(lplan, indent=2, sort_keys=True),
-        jobs.REPOSITORY_PLAN_KEY: json.dumps(rplan, indent=2, sort_keys=True),
-    }
-
-    workload = serving.leader_worker_set if serving.is_multi_node(dep) else serving.deployment
+    bplan = plans.engine_plan(dep, key)
+    # The build Job takes one serving pod's GPUs; a download (llmapi) needs none.
+    gpus = 0 if spec.runtime == "llmapi" else spec.topology.gpus_per_pod
+    repo_files = render_repository(dep, engine_dir=e_dir, tokenizer_dir=naming.tokenizer_dir(dep))
+    keyed = plans.keyed_plans(dep, key, repo_files)
+    repo_key = keyed.repository_key
+    workload = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
     return Rendered(
         name=dep.name,
         namespace=dep.namespace,
         engine_key=key,
         repository_key=repo_key,
-        repository_dir=repo_dir,
+        repository_dir=keyed.repository_dir,
         engine_dir=e_dir,
         store=_manifest(store.pvc(dep)),
         build_configmap=Manifest.of(jobs.build_configmap(dep, key, bplan)),
         build_job=Manifest.of(jobs.build_job(dep, key, gpus, opts)),
-        repository_configmap=Manifest.of(jobs.plan_configmap(dep, repo_key, cm_files)),
+        repository_configmap=Manifest.of(jobs.plan_configmap(dep, repo_key, keyed.files)),
         repository_job=Manifest.of(jobs.repository_job(dep, repo_key, sorted(repo_files), opts)),
         service=Manifest.of(serving.service(dep)),
         workload=Manifest.of(workload(dep, repo_key, key, opts)),
@@ -194,7 +106,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
         repository=repo_files,
         build_plan=bplan,
-        launch_plan=lplan,
+        launch_plan=keyed.launch_plan,
         endpoint=serving.endpoint(dep, opts),
         selector=naming.selector_string(dep),
     )

@@ -19,6 +19,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
+from .plans import BUILD_PLAN_KEY, REPOSITORY_PLAN_KEY
 from .pod import (
     PLAN_VOLUME,
     PYZ,
@@ -37,9 +38,6 @@ from .pod import (
     tools_init_container,
 )
 
-BUILD_PLAN_KEY = "build.json"
-REPOSITORY_PLAN_KEY = "repository.json"
-LAUNCH_PLAN_KEY = "launch.json"
 BUILD_BACKOFF_LIMIT = 2
 # tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
 PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
