@@ -1,6 +1,6 @@
 """kopf glue: which watch events and timers lead to which reconcile.
 
-We use kopf's raw event handlers and a timer rather than its create/update handlers: those keep
+We use kopf's raw event handlers and a daemon rather than its create/update handlers: those keep
 per-object progress in annotations (writes on every change) while our reconcile is level-based and
 idempotent. kopf's `on.delete` is not used either: it would put a finalizer on every object (its
 `when=` filters are not consulted for finalizers). Our reconciler adds its finalizer only when
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -74,20 +73,17 @@ async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_
     reconciler().request(namespace, name)
 
 
-# Read at import: `tritonllm run` exports the setting before it imports this module.
-RESYNC_SECONDS = float(os.environ.get("TRITONLLM_RESYNC_SECONDS", "60"))
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(namespace: str, name: str, **_: Any) -> None:
-    """Level-based safety net (retries after backoff, missed events); quiet in steady state.
-    A kopf timer stops while peering pauses this replica, unlike a loop of our own."""
-    reconciler().request(namespace, name)
+@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, cancellation_timeout=1.0)
+async def resync(namespace: str, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Per object, while this replica acts for it (kopf stops daemons while peering pauses the
+    replica, and when the object goes): the next reconcile at the time the last one asked for
+    (Plan.requeue_after), else every resync period as a level-based safety net."""
+    await reconciler().keep_scheduled(namespace, name, stopped)
 
 
 def _without_finalizer(fn: Any) -> None:
-    """kopf marks every timer as needing a finalizer (to stop it before the object goes). Ours
-    only schedules a reconcile, which copes with a vanished object, so it needs none: a
+    """kopf marks every daemon as needing a finalizer (to stop it before the object goes). Ours
+    only schedules reconciles, which cope with a vanished object, so it needs none: a
     finalizer here would make every deletion wait for a running operator.
     tests/unit/test_handlers.py checks this against the installed kopf."""
     registry = kopf.get_default_registry()._spawning

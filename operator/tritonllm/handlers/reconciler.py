@@ -3,15 +3,23 @@
 Reconciles are coalesced per object: events arriving while one runs mark it dirty and it runs once
 more afterwards, so a burst of child events costs one extra pass, never a pile-up. Each pass reads
 fresh state, so it does not matter which event triggered it (level-based).
+
+When to look again without an event: every pass ends by scheduling the object's next reconcile,
+at the plan's `requeue_after` (a backoff running out, a build or rollout under way, a missing
+prerequisite) or else one resync period later; a failed pass is retried with a growing delay. The
+schedule is kept by a kopf daemon per object (`keep_scheduled`), so it runs only while this replica
+acts for the object: kopf stops daemons when peering pauses the replica or the object goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
@@ -31,17 +39,38 @@ log = logging.getLogger("tritonllm.reconcile")
 Key = tuple[str, str]
 Logger = logging.LoggerAdapter[Any]
 
+# A failed pass is retried after this many seconds, doubling per consecutive failure (up to the
+# resync period).
+ERROR_REQUEUE_SECONDS = 5.0
+
+
+class Stopped(Protocol):
+    """kopf's DaemonStopped, as far as the schedule uses it."""
+
+    def __bool__(self) -> bool: ...
+
 
 class Reconciler:
     """Reconciles TritonLLMDeployments; shared by every kopf handler of one operator."""
 
-    def __init__(self, kube: Kube, settings: OperatorSettings) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: OperatorSettings,
+        *,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
         self.kube = kube
         self.settings = settings
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._conditions = ConditionGauge()
         self._engine_locks: dict[Key, asyncio.Lock] = {}
+        self._due: dict[Key, float] = {}  # loop time of each object's next reconcile
+        self._wakeups: dict[Key, asyncio.Event] = {}  # the daemons keeping the schedule
+        self._failures: dict[Key, int] = {}  # consecutive failed passes
+        self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
 
     # --- scheduling ------------------------------------------------------------------------
 
@@ -57,47 +86,96 @@ class Reconciler:
         try:
             while True:
                 self._dirty.discard(key)
-                await self.reconcile(*key)
+                self._schedule(key, await self.reconcile(*key))
                 if key not in self._dirty:
                     return
         finally:
             self._running.pop(key, None)
+
+    def _schedule(self, key: Key, requeue_after: float | None) -> None:
+        """The next reconcile: at `requeue_after`, else one resync period from now."""
+        if key in self._gone:
+            self._gone.discard(key)
+            return
+        resync = self.settings.resync_seconds
+        delay = resync if requeue_after is None else min(requeue_after, resync)
+        self._due[key] = asyncio.get_running_loop().time() + delay
+        wakeup = self._wakeups.get(key)
+        if wakeup is not None:
+            wakeup.set()
+
+    def next_reconcile_in(self, namespace: str, name: str) -> float | None:
+        """Seconds until the scheduled reconcile of an object (None: none scheduled)."""
+        due = self._due.get((namespace, name))
+        return None if due is None else due - asyncio.get_running_loop().time()
+
+    async def keep_scheduled(self, namespace: str, name: str, stopped: Stopped) -> None:
+        """Run by the per-object kopf daemon: request each reconcile when it is due."""
+        key = (namespace, name)
+        loop = asyncio.get_running_loop()
+        wakeup = self._wakeups[key] = asyncio.Event()
+        self._due.setdefault(key, loop.time() + self.settings.resync_seconds)
+        try:
+            while not stopped:
+                delay = self._due[key] - loop.time()
+                if delay <= 0:
+                    self._due[key] = loop.time() + self.settings.resync_seconds
+                    self.request(namespace, name)
+                    continue
+                wakeup.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wakeup.wait(), timeout=delay)
+        finally:
+            if self._wakeups.get(key) is wakeup:
+                del self._wakeups[key]
 
     async def wait_idle(self) -> None:
         while self._running:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
     def forget(self, namespace: str, name: str) -> None:
-        self._conditions.forget((namespace, name))
+        key = (namespace, name)
+        self._conditions.forget(key)
+        self._due.pop(key, None)
+        self._failures.pop(key, None)
+        self._gone.add(key)
 
     # --- one pass --------------------------------------------------------------------------
 
-    async def reconcile(self, namespace: str, name: str) -> None:
+    async def reconcile(self, namespace: str, name: str) -> float | None:
+        """One pass; returns when to look again (seconds), if sooner than the resync."""
         logger = logging.LoggerAdapter(log, {"namespace": namespace, "object": name})
         started = time.monotonic()
+        key = (namespace, name)
         try:
-            body = await self.kube.get(c.API_VERSION, c.KIND, namespace, name)
-            if body is None:
-                self.forget(namespace, name)
-                return
-            if body["metadata"].get("deletionTimestamp"):
-                self.forget(namespace, name)
-                if FINALIZER in (body["metadata"].get("finalizers") or []):
-                    await self._finalize(body, logger)
-                return
-            await self._reconcile(body, logger)
+            requeue = await self._pass(namespace, name, logger)
             RECONCILES.labels("ok").inc()
+            self._failures.pop(key, None)
+            return requeue
         except KubeError as exc:
-            RECONCILES.labels("error").inc()
             logger.warning("reconcile failed: %s", exc)
         except Exception:
-            RECONCILES.labels("error").inc()
             logger.exception("reconcile crashed")
         finally:
             RECONCILE_SECONDS.observe(time.monotonic() - started)
+        RECONCILES.labels("error").inc()
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        return float(ERROR_REQUEUE_SECONDS * 2 ** (failures - 1))
 
-    async def _reconcile(self, body: dict[str, Any], logger: Logger) -> None:
-        now = dt.datetime.now(dt.UTC)
+    async def _pass(self, namespace: str, name: str, logger: Logger) -> float | None:
+        body = await self.kube.get(c.API_VERSION, c.KIND, namespace, name)
+        if body is None:
+            self.forget(namespace, name)
+            return None
+        if body["metadata"].get("deletionTimestamp"):
+            self.forget(namespace, name)
+            if FINALIZER in (body["metadata"].get("finalizers") or []):
+                await self._finalize(body, logger)
+            return None
+        return await self._reconcile(body, logger)
+
+    async def _reconcile(self, body: dict[str, Any], logger: Logger) -> float | None:
+        now = self.clock()
         try:
             dep = parse_deployment(body)
             problems = validate(dep)
@@ -108,7 +186,7 @@ class Reconciler:
             decision = plan_invalid(body, exc, Observed(now=now))
             await execute(self.kube, body, None, decision, logger)
             self._record(body, decision.status)
-            return
+            return decision.requeue_after
         uid = body["metadata"].get("uid", "")
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
@@ -135,6 +213,7 @@ class Reconciler:
             decision = plan(body, dep, rendered, obs)
             await execute(self.kube, body, dep, decision, logger, engine_key=key)
         self._record(body, decision.status)
+        return decision.requeue_after
 
     def _engine_lock(self, namespace: str, key: str) -> asyncio.Lock:
         return self._engine_locks.setdefault((namespace, key), asyncio.Lock())

@@ -31,7 +31,7 @@ from .writes import Plan, parse_time, rfc3339, want
 MAX_BUILD_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30
 BACKOFF_MAX_SECONDS = 600
-# A backoff that ends within this many seconds is waited for by one requeue, not several.
+# The shortest wait the engine step asks for (a backoff about to end, a deleted Job to recreate).
 MIN_REQUEUE_SECONDS = 5.0
 
 
@@ -152,8 +152,9 @@ def _failed(
         failed_at = parse_time(status.lastFailure.time) or obs.now
         wait = backoff_seconds(attempts) - (obs.now - failed_at).total_seconds()
         if wait <= 0:
-            # Retry: remove the failed Job; the next reconcile creates a fresh one.
+            # Retry: remove the failed Job; the next reconcile (soon) creates a fresh one.
             p.delete.append(("batch/v1", "Job", name))
+            p.requeue(MIN_REQUEUE_SECONDS)
             message = f"retrying the {what} (attempt {attempts + 1})"
         else:
             message = (
