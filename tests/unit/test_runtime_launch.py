@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 
 from tests.fake_trtllm import FakeImage, image, pyz, relocate, write_plan
 from tests.helpers import render_example
+from tritonllm.render.mpi import ssh_key_pairs
 from tritonllm.runtime import common, launch, ssh
 from tritonllm.triton.launch import MpiSsh, rsh_agent
 
@@ -192,10 +192,10 @@ def test_launch_rejects_a_mode_that_does_not_fit_the_plan(
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:
-    """The `<name>-mpi-ssh` Secret as mounted: keys from generate_secret_data (real ssh-keygen)."""
+    """The `<name>-mpi-ssh` Secret as mounted: keys as the operator makes them (render.mpi)."""
     d = tmp_path / "secret"
     d.mkdir()
-    for name, body in ssh.generate_secret_data().items():
+    for name, body in ssh_key_pairs().items():
         (d / name).write_text(body)
         (d / name).chmod(0o400)
     return d
@@ -352,7 +352,7 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
 
         # Another deployment's client key is refused, and a server with another host key is
         # not trusted.
-        other = ssh.generate_secret_data()
+        other = ssh_key_pairs()
         mine = {n: (secret / n).read_text() for n in ssh.SECRET_KEYS}
         for label, client, host in (("client", other, mine), ("host", mine, other)):
             keys = tmp_path / f"wrong-{label}"
@@ -372,10 +372,21 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
     assert proc.returncode == 0, out
 
 
-def test_generated_secret_holds_ed25519_key_pairs() -> None:
-    data = ssh.generate_secret_data()
+def test_generated_secret_holds_ed25519_key_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as m:
+        m.setenv("PATH", "")  # the operator needs no ssh-keygen (nor any other tool)
+        data = ssh_key_pairs()
     assert sorted(data) == sorted(ssh.SECRET_KEYS)
     assert data[ssh.CLIENT_KEY].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert data[ssh.HOST_PUB].startswith("ssh-ed25519 ")
-    assert data != ssh.generate_secret_data()
-    assert shutil.which("ssh-keygen")
+    assert data != ssh_key_pairs()
+    # OpenSSH reads the private keys and derives the very public keys stored beside them.
+    for private, public in ((ssh.CLIENT_KEY, ssh.CLIENT_PUB), (ssh.HOST_KEY, ssh.HOST_PUB)):
+        key = tmp_path / private
+        key.write_text(data[private])
+        key.chmod(0o600)
+        derived = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True,
+                                 text=True, check=True).stdout.split()[:2]
+        assert derived == data[public].split()[:2]

@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Dev tooling: where the local-cluster package is left out (the operator image), importing this
+# module fails and `tritonllm` does not offer the verb (tritonllm.cli.main skips it).
+import tritonllm.cluster  # noqa: F401
+
 NAMESPACE = "tritonllm-demo"
 
 

@@ -7,7 +7,6 @@ tritonllm.render.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -19,9 +18,8 @@ from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.reconcile import Plan
 from tritonllm.render import naming
 from tritonllm.render.events import event
-from tritonllm.render.mpi import mpi_secret
+from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
 from tritonllm.render.status import status_object
-from tritonllm.runtime.ssh import generate_secret_data
 
 from .metrics import BUILDS
 
@@ -79,6 +77,5 @@ async def _apply(kube: Kube, p: Plan, ns: str, logger: Logger) -> None:
 
 async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> None:
     """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md)."""
-    keys = await asyncio.to_thread(generate_secret_data, f"tritonllm-{dep.name}")
-    await kube.create(mpi_secret(dep, keys))
+    await kube.create(mpi_secret(dep, ssh_key_pairs(f"tritonllm-{dep.name}")))
     logger.info("created Secret/%s (MPI SSH keys)", naming.mpi_secret_name(dep))

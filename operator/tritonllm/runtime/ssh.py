@@ -5,7 +5,7 @@ ServiceAccount allowed to `create pods/exec`: in practice the right to run any c
 the namespace. Here mpirun uses plain OpenSSH instead, scoped to one deployment:
 
 - The operator creates one Secret per deployment (`<name>-mpi-ssh`, keys in SECRET_KEYS, made by
-  `generate_secret_data`): a client key pair and a host key pair. Only that deployment's pods
+  tritonllm.render.mpi): a client key pair and a host key pair. Only that deployment's pods
   mount it; no ServiceAccount token or RBAC is involved.
 - Workers run sshd as the pod's own user (no root needed, no extra capability), in the foreground,
   on a high port (plan `ssh.port`), with a config written at start into a private temporary
@@ -36,8 +36,6 @@ import os
 import pwd
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -67,31 +65,6 @@ SESSION_SPECIFIC = {
     "HOME", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "USER", "LOGNAME", "SHELL", "MAIL",
 }
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY")
-
-
-# --- the Secret (operator side) ---------------------------------------------------------------
-
-
-def generate_secret_data(comment: str = "tritonllm-mpi") -> dict[str, str]:
-    """Fresh key pairs for one deployment's `<name>-mpi-ssh` Secret (stringData), via ssh-keygen.
-
-    ed25519 keys in OpenSSH format, readable by every OpenSSH in Triton images.
-    """
-    keygen = shutil.which("ssh-keygen")
-    if keygen is None:
-        raise Failure(EXIT_NOT_FOUND, "ssh-keygen not found: install openssh-client")
-    out: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="tritonllm-keygen-") as tmp:
-        for name in (CLIENT_KEY, HOST_KEY):
-            path = Path(tmp) / name
-            subprocess.run(
-                [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                check=True,
-                capture_output=True,
-            )
-            out[name] = path.read_text()
-            out[f"{name}.pub"] = Path(f"{path}.pub").read_text()
-    return out
 
 
 # --- shared -------------------------------------------------------------------------------------
