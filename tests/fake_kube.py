@@ -11,9 +11,12 @@ import asyncio
 import copy
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from tritonllm.api import constants as c
+from tritonllm.handlers.cache import Cache, IndexSpec, index_specs
 from tritonllm.k8s.client import KubeError, Sendable
 
 Ref = tuple[str, str | None, str]  # (kind, namespace, name)
@@ -37,6 +40,10 @@ class FakeKube:
             self.put(obj)
 
     # --- test helpers ------------------------------------------------------------------------
+
+    def cache(self) -> Cache:
+        """The reconciler's watch cache over these objects (kopf's indexes, always current)."""
+        return Cache(LiveIndices(self, index_specs(gpu_nodes=True)))
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
@@ -138,3 +145,30 @@ class FakeKube:
     async def post_event(self, event: Sendable) -> None:
         self._record("event", "Event", event.body["reason"])
         self.events.append(event.body)
+
+
+class LiveIndices(Mapping[str, Mapping[Any, list[Any]]]):
+    """kopf's indexes as they would be for the FakeKube's objects (recomputed on every read)."""
+
+    def __init__(self, kube: FakeKube, specs: Sequence[IndexSpec]) -> None:
+        self.kube = kube
+        self.specs = {s.id: s for s in specs}
+
+    def __getitem__(self, id: str) -> Mapping[Any, list[Any]]:
+        spec = self.specs[id]
+        out: dict[Any, list[Any]] = defaultdict(list)
+        for (kind, _, _), obj in self.kube.objects.items():
+            labels = obj["metadata"].get("labels") or {}
+            if kind != spec.kind or (
+                spec.managed and labels.get(c.LABEL_MANAGED_BY) != c.APP_NAME
+            ):
+                continue
+            for key, value in spec.keyed(obj).items():
+                out[key].append(value)
+        return dict(out)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs)

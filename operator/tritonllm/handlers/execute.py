@@ -2,7 +2,8 @@
 
 Order: finalizers, the MPI SSH Secret, applies (in apply order), deletions, scale, the engine
 record's status, the deployment's status, Events. Everything sent is a Manifest from
-tritonllm.render.
+tritonllm.render; what the API server returns is remembered by the cache until the watches
+deliver it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
 from tritonllm.render.status import status_object
 
+from .cache import Cache
 from .metrics import BUILDS
 
 Logger = logging.LoggerAdapter[Any]
@@ -28,6 +30,7 @@ Logger = logging.LoggerAdapter[Any]
 
 async def execute(
     kube: Kube,
+    cache: Cache,
     body: Mapping[str, Any],
     dep: TritonLLMDeployment | None,
     p: Plan,
@@ -41,7 +44,7 @@ async def execute(
         await kube.set_finalizers(body, p.finalizers)
     if p.create_mpi_secret and dep is not None:
         await _create_mpi_secret(kube, dep, logger)
-    await _apply(kube, p, ns, logger)
+    await _apply(kube, cache, p, ns, logger)
     for api_version, kind, obj_name in p.delete:
         if await kube.delete(api_version, kind, ns, obj_name):
             logger.info("deleted %s/%s", kind, obj_name)
@@ -50,21 +53,22 @@ async def execute(
         await kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
         logger.info("scaled %s to %d", kind, replicas)
     if p.engine_status is not None and engine_key is not None:
-        await kube.apply_status(status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status))
+        obj = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
+        cache.remember(await kube.apply_status(obj))
     if p.build_result:
         BUILDS.labels(p.build_result).inc()
     if p.status is not None:
-        await kube.apply_status(status_object(c.KIND, ns, name, p.status))
+        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, p.status)))
     now = dt.datetime.now(dt.UTC)
     for type_, reason, message in p.events:
         await kube.post_event(event(body, type_=type_, reason=reason, message=message, now=now))
         logger.info("event %s %s: %s", type_, reason, message)
 
 
-async def _apply(kube: Kube, p: Plan, ns: str, logger: Logger) -> None:
+async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, logger: Logger) -> None:
     for obj in p.apply:
         try:
-            await kube.apply(obj)
+            cache.remember(await kube.apply(obj))
             logger.info("applied %s/%s", obj.kind, obj.name)
         except KubeError as exc:
             if exc.status == 422 and obj.kind == "Job":

@@ -1,8 +1,9 @@
-"""One reconcile: read (k8s) -> render + plan (pure) -> write (k8s) -> status and Events.
+"""One reconcile: read (the watch caches) -> render + plan (pure) -> write (k8s) -> status, Events.
 
 Reconciles are coalesced per object: events arriving while one runs mark it dirty and it runs once
 more afterwards, so a burst of child events costs one extra pass, never a pile-up. Each pass reads
-fresh state, so it does not matter which event triggered it (level-based).
+the current state from what the watches delivered (tritonllm.handlers.cache: no read request), so
+it does not matter which event triggered it (level-based).
 
 When to look again without an event: every pass ends by scheduling the object's next reconcile,
 at the plan's `requeue_after` (a backoff running out, a build or rollout under way, a missing
@@ -30,6 +31,7 @@ from tritonllm.plan.engine import is_cache_hit, record_status
 from tritonllm.plan.reconcile import Observed, plan, plan_invalid
 from tritonllm.render import RenderOptions, naming, render_all, validate
 
+from .cache import Cache
 from .execute import execute
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
 from .observe import observe
@@ -57,11 +59,13 @@ class Reconciler:
         self,
         kube: Kube,
         settings: OperatorSettings,
+        cache: Cache,
         *,
         clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
+        self.cache = cache
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
@@ -163,7 +167,7 @@ class Reconciler:
         return float(ERROR_REQUEUE_SECONDS * 2 ** (failures - 1))
 
     async def _pass(self, namespace: str, name: str, logger: Logger) -> float | None:
-        body = await self.kube.get(c.API_VERSION, c.KIND, namespace, name)
+        body = self.cache.get(c.KIND, namespace, name)
         if body is None:
             self.forget(namespace, name)
             return None
@@ -184,20 +188,14 @@ class Reconciler:
         except InvalidDeployment as exc:
             logger.warning("invalid spec: %s", exc)
             decision = plan_invalid(body, exc, Observed(now=now))
-            await execute(self.kube, body, None, decision, logger)
+            await execute(self.kube, self.cache, body, None, decision, logger)
             self._record(body, decision.status)
             return decision.requeue_after
         uid = body["metadata"].get("uid", "")
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
-        engine = await self.kube.get(c.API_VERSION, c.ENGINE_KIND, dep.namespace, key)
-        topology = dep.spec.topology
-        workload = await self.kube.get(
-            topology.workload_api_version,
-            topology.workload_kind,
-            dep.namespace,
-            naming.serving_name(dep),
-        )
+        engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
+        workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
             engine_cached=is_cache_hit(record_status(engine), uid),
@@ -206,12 +204,11 @@ class Reconciler:
             else None,
         )
         rendered = render_all(dep, opts)
-        obs = await observe(
-            self.kube, self.settings, dep, rendered, engine=engine, workload=workload, now=now
-        )
+        obs = observe(self.cache, self.settings, dep, rendered, engine=engine, workload=workload,
+                      now=now)
         async with self._engine_lock(dep.namespace, key):
             decision = plan(body, dep, rendered, obs)
-            await execute(self.kube, body, dep, decision, logger, engine_key=key)
+            await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
         self._record(body, decision.status)
         return decision.requeue_after
 
@@ -225,21 +222,12 @@ class Reconciler:
         conditions = {x["type"]: x["status"] for x in status.get("conditions") or []}
         self._conditions.set((meta["namespace"], meta["name"]), conditions)
 
-    async def deployments_using(self, namespace: str, key: str) -> list[str]:
-        """Names of the deployments whose status says they use engine `key`."""
-        items = await self.kube.list(c.API_VERSION, c.KIND, namespace)
-        return [
-            i["metadata"]["name"]
-            for i in items
-            if ((i.get("status") or {}).get("engine") or {}).get("key") == key
-        ]
-
     async def _finalize(self, body: dict[str, Any], logger: Logger) -> None:
         """engineRetention Delete: forget the engine if no other deployment uses it, then release
         the finalizer — in this pass, even if forgetting failed (deletion is never blocked)."""
         meta = body["metadata"]
         key = ((body.get("status") or {}).get("engine") or {}).get("key")
-        users = await self.deployments_using(meta["namespace"], key) if key else []
+        users = self.cache.deployments_using(meta["namespace"], key) if key else []
         forget, finalizers = plan_deletion(body, users)
         if key and forget:
             try:
