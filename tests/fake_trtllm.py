@@ -297,15 +297,15 @@ class FakeImage:
 
 
 def relocate(data: Any, root: Path) -> Any:
-    """A rendered plan with every /store and /etc/tritonllm path moved under `root`, and the
-    example roots pointed at the fake image (a test-only rewrite; production plans are as
-    rendered)."""
+    """A rendered plan with every /store, /etc/tritonllm and MPI working-directory path moved
+    under `root`, and the example roots pointed at the fake image (a test-only rewrite;
+    production plans are as rendered)."""
     if isinstance(data, dict):
         return {k: relocate(v, root) for k, v in data.items()}
     if isinstance(data, list):
         return [relocate(v, root) for v in data]
     if isinstance(data, str):
-        for prefix in ("/store", "/etc/tritonllm"):
+        for prefix in ("/store", "/etc/tritonllm", "/tmp/tritonllm-mpi"):
             data = data.replace(f"{prefix}/", f"{root}{prefix}/")
             if data == prefix:
                 data = f"{root}{prefix}"

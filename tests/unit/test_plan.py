@@ -84,7 +84,7 @@ class World:
         )
         p = plan(self.body, dep, r, self.observe(r))
         for obj in p.apply:
-            self.objects[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
+            self.objects[obj.ref] = copy.deepcopy(obj.body)
         for _, kind, name in p.delete:
             self.objects.pop((kind, name), None)
         if p.scale:

@@ -405,10 +405,12 @@ def repository_setup(
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(body)
     Path(step["weightsDir"]).mkdir(parents=True)
-    if artifact is not None:
+    if artifact is not None:  # a built engine: artifact.json and the engine's config.json
         engine = Path(step["engineDir"])
         engine.mkdir(parents=True)
         (engine / "artifact.json").write_text(json.dumps(artifact))
+        mapping = {"tp_size": artifact["tensorParallel"], "pp_size": artifact["pipelineParallel"]}
+        (engine / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": mapping}}))
     return rendered, plan
 
 

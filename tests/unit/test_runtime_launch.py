@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +19,9 @@ import pytest
 
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
 from tests.helpers import render_example
+from tritonllm.render.mpi import ssh_key_pairs
 from tritonllm.runtime import common, launch, ssh
+from tritonllm.triton.launch import MpiSsh, rsh_agent
 
 __all__ = ["image", "pyz"]  # fixtures
 
@@ -213,10 +214,10 @@ def test_launch_rejects_a_mode_that_does_not_fit_the_plan(
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:
-    """The `<name>-mpi-ssh` Secret as mounted: keys from generate_secret_data (real ssh-keygen)."""
+    """The `<name>-mpi-ssh` Secret as mounted: keys as the operator makes them (render.mpi)."""
     d = tmp_path / "secret"
     d.mkdir()
-    for name, body in ssh.generate_secret_data().items():
+    for name, body in ssh_key_pairs().items():
         (d / name).write_text(body)
         (d / name).chmod(0o400)
     return d
@@ -224,8 +225,14 @@ def secret(tmp_path: Path) -> Path:
 
 def multi_plan(img: FakeImage, secret: Path, port: int = 2222) -> tuple[dict[str, Any], Path]:
     plan, _ = ready(img, MULTI)
-    plan["ssh"] = {"port": port, "keyDir": str(secret)}
+    plan["ssh"] = {**plan["ssh"], "port": port, "keyDir": str(secret)}
     return plan, write_plan(img.root / "etc/launch.json", plan)
+
+
+def agent_for(port: int, key_dir: Path, workdir: Path) -> list[str]:
+    """The rendered SSH agent command for `workdir`, with the files the leader writes there."""
+    ssh.prepare_client(key_dir, workdir)
+    return rsh_agent(MpiSsh(port=port, workdir=str(workdir))).split()
 
 
 def use_image_env(monkeypatch: pytest.MonkeyPatch, img: FakeImage, **extra: str) -> None:
@@ -252,13 +259,20 @@ def test_leader_with_fake_mpirun_runs_over_the_lws_group_through_ssh(
     assert probed == [(f"{MULTI}-0-1.{MULTI}.default", 2222)] * 2
     (call,) = image.calls("mpirun")
     argv = call["argv"]
-    assert argv[1:3] == ["--host", f"{socket.gethostname()}:8,10.1.2.3:8"]
-    assert argv[3:5] == ["--mca", "plm_rsh_agent"]
-    agent = argv[5].split()
+    # The pod runs the rendered command as is: hosts and agent are in it, nothing is spliced in.
+    assert [Path(argv[0]).name, *argv[1:]] == plan["argv"]
+    hostfile = Path(argv[argv.index("--hostfile") + 1])
+    hosts = [f"{socket.gethostname()} slots=8", "10.1.2.3 slots=8"]
+    assert hostfile.read_text().splitlines() == hosts
+    assert argv[argv.index("plm_rsh_agent") - 1] == "--mca"
+    agent = argv[argv.index("plm_rsh_agent") + 1].split()
     assert agent[:3] == ["ssh", "-p", "2222"]
     assert {"StrictHostKeyChecking=yes", "BatchMode=yes", "IdentitiesOnly=yes"} <= set(agent)
-    assert argv[6:9] == ["--mca", "plm_rsh_no_tree_spawn", "1"]
-    assert argv[9:] == plan["argv"][1:]
+    no_tree = argv.index("plm_rsh_no_tree_spawn")
+    assert argv[no_tree - 1 : no_tree + 2] == ["--mca", "plm_rsh_no_tree_spawn", "1"]
+    key = Path(agent[agent.index("-i") + 1])
+    assert key.read_text() == (secret / ssh.CLIENT_KEY).read_text()
+    assert key.stat().st_mode & 0o777 == 0o600
 
 
 def test_leader_gives_up_on_unreachable_workers(
@@ -349,7 +363,7 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
             assert proc.poll() is None, proc.communicate()[0]
             assert time.monotonic() < deadline, "sshd did not answer"
             time.sleep(0.1)
-        agent = ssh.rsh_agent(port, secret, tmp_path).split()
+        agent = agent_for(port, secret, tmp_path / "leader")
         remote = "echo $TRITONLLM_PROBE_VAR ${HF_TOKEN:-no-token}"
         session = subprocess.run(
             [*agent, "127.0.0.1", remote], capture_output=True, text=True, timeout=30,
@@ -360,7 +374,7 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
 
         # Another deployment's client key is refused, and a server with another host key is
         # not trusted.
-        other = ssh.generate_secret_data()
+        other = ssh_key_pairs()
         mine = {n: (secret / n).read_text() for n in ssh.SECRET_KEYS}
         for label, client, host in (("client", other, mine), ("host", mine, other)):
             keys = tmp_path / f"wrong-{label}"
@@ -369,7 +383,7 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
                 (keys / n).write_text(client[n])
             for n in (ssh.HOST_KEY, ssh.HOST_PUB):
                 (keys / n).write_text(host[n])
-            wrong = ssh.rsh_agent(port, keys, keys).split()
+            wrong = agent_for(port, keys, keys / "leader")
             denied = subprocess.run([*wrong, "127.0.0.1", "true"], capture_output=True,
                                     text=True, timeout=30)
             assert denied.returncode == 255, (label, denied.stderr)
@@ -380,10 +394,21 @@ def test_worker_runs_a_real_sshd_that_only_the_deployment_key_opens(
     assert proc.returncode == 0, out
 
 
-def test_generated_secret_holds_ed25519_key_pairs() -> None:
-    data = ssh.generate_secret_data()
+def test_generated_secret_holds_ed25519_key_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as m:
+        m.setenv("PATH", "")  # the operator needs no ssh-keygen (nor any other tool)
+        data = ssh_key_pairs()
     assert sorted(data) == sorted(ssh.SECRET_KEYS)
     assert data[ssh.CLIENT_KEY].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert data[ssh.HOST_PUB].startswith("ssh-ed25519 ")
-    assert data != ssh.generate_secret_data()
-    assert shutil.which("ssh-keygen")
+    assert data != ssh_key_pairs()
+    # OpenSSH reads the private keys and derives the very public keys stored beside them.
+    for private, public in ((ssh.CLIENT_KEY, ssh.CLIENT_PUB), (ssh.HOST_KEY, ssh.HOST_PUB)):
+        key = tmp_path / private
+        key.write_text(data[private])
+        key.chmod(0o600)
+        derived = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True,
+                                 text=True, check=True).stdout.split()[:2]
+        assert derived == data[public].split()[:2]

@@ -36,6 +36,7 @@ LABEL_DEPLOYMENT: Final = f"{GROUP}/deployment"
 APP_NAME: Final = "tritonllm"
 
 COMPONENT_SERVER: Final = "server"
+COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
 COMPONENT_STORE: Final = "model-store"
@@ -60,6 +61,21 @@ TOOLS_MOUNT: Final = (
 )
 PLAN_MOUNT: Final = "/etc/tritonllm"  # rendered plans (ConfigMap)
 SHM_MOUNT: Final = "/dev/shm"
+
+# --- multi-node MPI over SSH (docs/in-pod.md) ---------------------------------------------
+MPI_SSH_PORT: Final = 2222  # the workers' sshd
+MPI_SSH_MOUNT: Final = "/etc/tritonllm-ssh"  # the <name>-mpi-ssh Secret (a sibling of PLAN_MOUNT)
+# Files of that Secret: a client key pair and the group's host key pair (OpenSSH format).
+MPI_SSH_CLIENT_KEY: Final = "id_ed25519"
+MPI_SSH_CLIENT_PUB: Final = "id_ed25519.pub"
+MPI_SSH_HOST_KEY: Final = "ssh_host_ed25519_key"
+MPI_SSH_HOST_PUB: Final = "ssh_host_ed25519_key.pub"
+MPI_SSH_KEYS: Final = (MPI_SSH_CLIENT_KEY, MPI_SSH_CLIENT_PUB, MPI_SSH_HOST_KEY, MPI_SSH_HOST_PUB)
+# The leader's working directory: the client key (a private copy), the pinned host key and the
+# hostfile mpirun reads. Its paths are in the rendered mpirun command line.
+MPI_WORKDIR: Final = "/tmp/tritonllm-mpi"
+MPI_HOSTFILE: Final = "hostfile"
+MPI_KNOWN_HOSTS: Final = "known_hosts"
 
 # --- condition types (metav1.Condition style; no "phase") --------------------------------
 COND_ENGINE_READY: Final = "EngineReady"

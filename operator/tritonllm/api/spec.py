@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BeforeValidator, Field, StringConstraints
 
 from .base import ApiModel, Rule
+from .topology import Topology
 
 # --- reusable field types -------------------------------------------------------------------
 
@@ -572,6 +573,17 @@ class TritonLLMDeploymentSpec(ApiModel):
     @property
     def world_size(self) -> int:
         return self.engine.parallelism.world_size
+
+    @property
+    def topology(self) -> Topology:
+        """GPUs, pods and ranks of one replica (tritonllm.api.topology)."""
+        par = self.engine.parallelism
+        return Topology.derive(
+            tensor=par.tensor,
+            pipeline=par.pipeline,
+            gpus_per_node=self.gpu.perNode,
+            runtime=self.runtime,
+        )
 
 
 # Models that carry rules, with their path in the CRD schema (for the CRD generator and for

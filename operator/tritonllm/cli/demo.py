@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Dev tooling: where the local-cluster package is left out (the operator image), importing this
+# module fails and `tritonllm` does not offer the verb (tritonllm.cli.main skips it).
+import tritonllm.cluster  # noqa: F401
+
 NAMESPACE = "tritonllm-demo"
 
 
@@ -40,9 +44,8 @@ def _ready(item: dict[str, Any]) -> bool:
 
 def _multi_node(obj: dict[str, Any]) -> bool:
     from tritonllm.api.deployment import parse_deployment
-    from tritonllm.render.serving import is_multi_node
 
-    return is_multi_node(parse_deployment(obj))
+    return parse_deployment(obj).spec.topology.multi_node
 
 
 def needs_real_node(obj: dict[str, Any]) -> bool:

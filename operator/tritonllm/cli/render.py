@@ -76,7 +76,7 @@ def write_out(out: Path, rendered: Rendered) -> None:
         path.write_text(body)
     (base / "build.json").write_text(json.dumps(rendered.build_plan, indent=2, sort_keys=True))
     (base / "launch.json").write_text(json.dumps(rendered.launch_plan, indent=2, sort_keys=True))
-    (base / "objects.yaml").write_text(dump_all(rendered.objects))
+    (base / "objects.yaml").write_text(dump_all(o.body for o in rendered.objects))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         for line in errors:
             print(f"error: {args.filename}: {line}", file=sys.stderr)
         return EXIT_INVALID
-    objects = [o for r in results for o in r.objects]
+    objects = [o.body for r in results for o in r.objects]
     sys.stdout.write(dump_all(objects))
     if args.out:
         for r in results:

@@ -74,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     settings = settings_from(args)
-    os.environ["TRITONLLM_RESYNC_SECONDS"] = str(settings.resync_seconds)
 
     from tritonllm.handlers import logs, operator  # after the environment is set
 

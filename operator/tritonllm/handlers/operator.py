@@ -1,10 +1,14 @@
-"""kopf glue: which watch events and timers lead to which reconcile.
+"""kopf glue: what kopf watches and indexes, and which watch events lead to which reconcile.
 
-We use kopf's raw event handlers and a timer rather than its create/update handlers: those keep
+We use kopf's raw event handlers and a daemon rather than its create/update handlers: those keep
 per-object progress in annotations (writes on every change) while our reconcile is level-based and
 idempotent. kopf's `on.delete` is not used either: it would put a finalizer on every object (its
 `when=` filters are not consulted for finalizers). Our reconciler adds its finalizer only when
 storage.engineRetention is Delete and releases it in the pass that sees the deletion.
+
+Every read of a reconcile is served from kopf indexes (tritonllm.handlers.cache), registered here
+by `configure` (which knows the settings) before kopf starts; the startup handler hands them to
+the reconciler.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -21,6 +24,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, load_api_client
 
+from .cache import Cache, IndexSpec, index_specs
 from .reconciler import Reconciler
 
 log = logging.getLogger("tritonllm.operator")
@@ -33,19 +37,34 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
     """Called by `tritonllm run` before kopf starts."""
     _state["settings"] = settings
     _state["kubeconfig"] = kubeconfig
+    _state["indexes"] = specs = index_specs(gpu_nodes=settings.check_gpu_nodes)
+    for spec in specs:
+        group, version, plural = spec.resource
+        resource = (group, version, plural) if group else (version, plural)
+        kopf.index(*resource, id=spec.id, labels=MANAGED if spec.managed else None)(
+            _indexer(spec)
+        )
+
+
+def _indexer(spec: IndexSpec) -> Any:
+    def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return spec.keyed(body)
+
+    return index
 
 
 def reconciler() -> Reconciler:
     if "reconciler" not in _state:
         settings: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
         kube = Kube(load_api_client(_state.get("kubeconfig")))
-        _state["reconciler"] = Reconciler(kube, settings)
+        cache = Cache(_state.get("indices") or {})
+        _state["reconciler"] = Reconciler(kube, settings, cache)
     r: Reconciler = _state["reconciler"]
     return r
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     ours: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
     # Our own Events carry the reasons; kopf's log-to-event posting would duplicate them.
     settings.posting.enabled = False
@@ -56,6 +75,10 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=c.GROUP, key="last-handled-configuration"
     )
+    # kopf hands every index to every handler, by id; they fill before any event is handled.
+    _state["indices"] = {
+        spec.id: kwargs[spec.id] for spec in _state.get("indexes", []) if spec.id in kwargs
+    }
     reconciler()
 
 
@@ -74,20 +97,17 @@ async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_
     reconciler().request(namespace, name)
 
 
-# Read at import: `tritonllm run` exports the setting before it imports this module.
-RESYNC_SECONDS = float(os.environ.get("TRITONLLM_RESYNC_SECONDS", "60"))
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(namespace: str, name: str, **_: Any) -> None:
-    """Level-based safety net (retries after backoff, missed events); quiet in steady state.
-    A kopf timer stops while peering pauses this replica, unlike a loop of our own."""
-    reconciler().request(namespace, name)
+@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, cancellation_timeout=1.0)
+async def resync(namespace: str, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Per object, while this replica acts for it (kopf stops daemons while peering pauses the
+    replica, and when the object goes): the next reconcile at the time the last one asked for
+    (Plan.requeue_after), else every resync period as a level-based safety net."""
+    await reconciler().keep_scheduled(namespace, name, stopped)
 
 
 def _without_finalizer(fn: Any) -> None:
-    """kopf marks every timer as needing a finalizer (to stop it before the object goes). Ours
-    only schedules a reconcile, which copes with a vanished object, so it needs none: a
+    """kopf marks every daemon as needing a finalizer (to stop it before the object goes). Ours
+    only schedules reconciles, which cope with a vanished object, so it needs none: a
     finalizer here would make every deletion wait for a running operator.
     tests/unit/test_handlers.py checks this against the installed kopf."""
     registry = kopf.get_default_registry()._spawning
@@ -114,7 +134,7 @@ async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
     labels = body["metadata"].get("labels") or {}
     names = set(_owner_instances(body))
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
-        names |= set(await reconciler().deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
+        names |= set(reconciler().cache.deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
     for n in names:
         reconciler().request(namespace, n)
 

@@ -1,20 +1,20 @@
 """The only code that talks to the Kubernetes API server.
 
-A thin, typed layer over the `kubernetes` client's ApiClient: objects are plain dicts, every write
-is a server-side apply with field manager ``tritonllm`` (or a status/scale merge patch), and every
-call is counted in Prometheus metrics by verb and kind, so "a reconcile of an unchanged object
-writes nothing" is measurable. Blocking client calls run in worker threads.
+A thin, typed layer over the `kubernetes` client's ApiClient: it sends the objects tritonllm.render
+built (Manifests) and hands back what it reads as plain dicts; every write is a server-side apply
+with field manager ``tritonllm`` (or a finalizer/scale merge patch), and every call is counted in
+Prometheus metrics by verb and kind, so "a reconcile of an unchanged object writes nothing" is
+measurable. Blocking client calls run in worker threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import json
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -55,6 +55,21 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),
 }
+
+
+class Sendable(Protocol):
+    """What the client writes: a rendered object (tritonllm.render.Manifest) or one alike."""
+
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def body(self) -> dict[str, Any]: ...
 
 
 class KubeError(RuntimeError):
@@ -175,31 +190,29 @@ class Kube:
 
     # --- writes ----------------------------------------------------------------------------
 
-    async def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def apply(self, obj: Sendable) -> dict[str, Any]:
         """Server-side apply (force: the operator owns the fields it sets)."""
-        meta = obj["metadata"]
-        path = path_for(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        path = path_for(obj.api_version, obj.kind, obj.namespace, obj.name)
         out: dict[str, Any] = await self._call(
             "apply",
-            obj["kind"],
+            obj.kind,
             "PATCH",
             path,
-            body=obj,
+            body=obj.body,
             query=[("fieldManager", self.field_manager), ("force", "true")],
             content_type="application/apply-patch+yaml",
         )
         return out
 
-    async def create(self, obj: dict[str, Any]) -> bool:
+    async def create(self, obj: Sendable) -> bool:
         """Create; False when it already exists (for objects that must not be re-applied)."""
-        meta = obj["metadata"]
         try:
             await self._call(
                 "create",
-                obj["kind"],
+                obj.kind,
                 "POST",
-                path_for(obj["apiVersion"], obj["kind"], meta.get("namespace")),
-                body=obj,
+                path_for(obj.api_version, obj.kind, obj.namespace),
+                body=obj.body,
                 query=[("fieldManager", self.field_manager)],
             )
             return True
@@ -208,37 +221,21 @@ class Kube:
                 return False
             raise
 
-    async def apply_status(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def apply_status(self, obj: Sendable) -> dict[str, Any]:
         """Server-side apply of the status subresource."""
-        meta = obj["metadata"]
-        path = path_for(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        path = path_for(obj.api_version, obj.kind, obj.namespace, obj.name)
         out: dict[str, Any] = await self._call(
             "apply",
-            obj["kind"] + "/status",
+            obj.kind + "/status",
             "PATCH",
             path + "/status",
-            body=obj,
+            body=obj.body,
             query=[("fieldManager", self.field_manager), ("force", "true")],
             content_type="application/apply-patch+yaml",
         )
         return out
 
-    async def patch_status(
-        self, api_version: str, kind: str, namespace: str, name: str, status: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Merge-patch the status subresource (the whole status we own)."""
-        out: dict[str, Any] = await self._call(
-            "patch",
-            kind + "/status",
-            "PATCH",
-            path_for(api_version, kind, namespace, name) + "/status",
-            body={"status": status},
-            query=[("fieldManager", self.field_manager)],
-            content_type="application/merge-patch+json",
-        )
-        return out
-
-    async def set_finalizers(self, obj: dict[str, Any], finalizers: Sequence[str]) -> None:
+    async def set_finalizers(self, obj: Mapping[str, Any], finalizers: Sequence[str]) -> None:
         """Replace metadata.finalizers, guarded by resourceVersion (a concurrent change makes the
         patch fail with 409 and the next reconcile computes the list again)."""
         meta = obj["metadata"]
@@ -293,36 +290,11 @@ class Kube:
                 return False
             raise
 
-    async def event(
-        self, involved: dict[str, Any], *, type_: str, reason: str, message: str
-    ) -> None:
-        """A core/v1 Event about `involved` (best effort: events never fail a reconcile)."""
-        meta = involved["metadata"]
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": c.APP_NAME},
-            "reportingComponent": c.APP_NAME,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+    async def post_event(self, event: Sendable) -> None:
+        """Create a core/v1 Event (best effort: events never fail a reconcile)."""
         try:
             await self._call(
-                "event", "Event", "POST", path_for("v1", "Event", meta["namespace"]), body=body
+                "event", "Event", "POST", path_for("v1", "Event", event.namespace), body=event.body
             )
         except KubeError as exc:
-            log.warning("could not post event %s: %s", reason, exc)
+            log.warning("could not post event %s: %s", event.body.get("reason"), exc)

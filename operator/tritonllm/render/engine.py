@@ -8,11 +8,12 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
+from .manifest import Manifest
 
 
-def engine_record(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
+def engine_record(dep: TritonLLMDeployment, key: str) -> Manifest:
     spec = dep.spec
-    return {
+    body: dict[str, Any] = {
         "apiVersion": c.API_VERSION,
         "kind": c.ENGINE_KIND,
         "metadata": {
@@ -36,3 +37,4 @@ def engine_record(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
             "path": naming.engine_dir(key),
         },
     }
+    return Manifest.of(body)

@@ -19,6 +19,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
+from .plans import BUILD_PLAN_KEY, REPOSITORY_PLAN_KEY
 from .pod import (
     PLAN_VOLUME,
     PYZ,
@@ -38,9 +39,6 @@ from .pod import (
     tools_init_container,
 )
 
-BUILD_PLAN_KEY = "build.json"
-REPOSITORY_PLAN_KEY = "repository.json"
-LAUNCH_PLAN_KEY = "launch.json"
 BUILD_BACKOFF_LIMIT = 2
 # tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
 PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
@@ -65,11 +63,11 @@ def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) ->
     }
 
 
-def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions) -> dict[str, Any]:
-    """The Job that downloads, converts/quantizes and builds one engine (or, for llmapi, only
-    downloads the checkpoint: then it needs no GPU)."""
-    name = naming.build_job_name(key, dep.spec.runtime)
-    labels = naming.shared_labels(key, c.COMPONENT_BUILD)
+def _build_pod_spec(
+    dep: TritonLLMDeployment, name: str, gpus: int, opts: RenderOptions
+) -> dict[str, Any]:
+    """The build pod: `tritonllm build` in the serving image, on the serving GPUs (no GPU and
+    no GPU placement for a download)."""
     container: dict[str, Any] = {
         "name": "build",
         "image": dep.spec.image,
@@ -92,12 +90,9 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
             "requests": {"cpu": "1", "memory": "4Gi"},
             "limits": {"memory": r.memory},
         }
-    pod_spec: dict[str, Any] = {
-        **(
-            pod_spec_common(dep)
-            if gpus
-            else {"securityContext": pod_spec_common(dep)["securityContext"]}
-        ),
+    common = pod_spec_common(dep)
+    return {
+        **(common if gpus else {"securityContext": common["securityContext"]}),
         "restartPolicy": "Never",
         "initContainers": [tools_init_container(opts)],
         "containers": [container],
@@ -108,6 +103,14 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
             shm_volume(dep),
         ],
     }
+
+
+def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions) -> dict[str, Any]:
+    """The Job that downloads, converts/quantizes and builds one engine (or, for llmapi, only
+    downloads the checkpoint: then it needs no GPU)."""
+    name = naming.build_job_name(key, dep.spec.runtime)
+    labels = naming.shared_labels(key, c.COMPONENT_BUILD)
+    pod_spec = _build_pod_spec(dep, name, gpus, opts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -19,7 +19,8 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
-from .jobs import LAUNCH_PLAN_KEY, configmap_key
+from .jobs import configmap_key
+from .plans import LAUNCH_PLAN_KEY
 from .pod import (
     PLAN_VOLUME,
     PYZ,
@@ -38,26 +39,11 @@ from .pod import (
     tools_init_container,
 )
 
-LWS_API = "leaderworkerset.x-k8s.io/v1"
-# A sibling of the (read-only) plan mount, not inside it.
-MPI_SSH_MOUNT = "/etc/tritonllm-ssh"
 PROBE_PERIOD_SECONDS = 10
 # Startup budget: loading a cached engine from the store is minutes; the first load after a
 # build (cold page cache) or an llmapi load (weights read and compiled at start) takes longer.
 STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
 STARTUP_BUDGET_COLD_SECONDS = 45 * 60
-
-
-def is_multi_node(dep: TritonLLMDeployment) -> bool:
-    return dep.spec.runtime == "engine" and dep.spec.world_size > dep.spec.gpu.perNode
-
-
-def nodes_per_replica(dep: TritonLLMDeployment) -> int:
-    return dep.spec.world_size // dep.spec.gpu.perNode if is_multi_node(dep) else 1
-
-
-def gpus_per_pod(dep: TritonLLMDeployment) -> int:
-    return dep.spec.gpu.perNode if is_multi_node(dep) else dep.spec.world_size
 
 
 def endpoint(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
@@ -99,36 +85,16 @@ def _ports() -> list[dict[str, Any]]:
     ]
 
 
-def _pod_template(
-    dep: TritonLLMDeployment,
-    repo_key: str,
-    key: str,
-    opts: RenderOptions,
-    *,
-    role: str,
-) -> dict[str, Any]:
-    """role: "server" (single node), "leader" or "worker" (multi node)."""
-    cm = naming.plan_configmap_name(dep, repo_key)
-    labels = {
-        **naming.base_labels(dep, c.COMPONENT_SERVER if role != "worker" else "worker"),
-        c.LABEL_ENGINE_KEY: key,
-        c.LABEL_REPO_KEY: repo_key,
-    }
+def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict[str, Any]:
+    """The serving container: `tritonllm launch` in the Triton image."""
     mode = {"server": "single", "leader": "leader", "worker": "worker"}[role]
+    plan = f"{c.PLAN_MOUNT}/{LAUNCH_PLAN_KEY}"
     container: dict[str, Any] = {
         "name": "triton",
         "image": dep.spec.image,
-        "command": [
-            "python3",
-            PYZ,
-            "launch",
-            "--mode",
-            mode,
-            "--plan",
-            f"{c.PLAN_MOUNT}/{LAUNCH_PLAN_KEY}",
-        ],
+        "command": ["python3", PYZ, "launch", "--mode", mode, "--plan", plan],
         "env": env(dep),
-        "resources": gpu_resources(dep, gpus_per_pod(dep)),
+        "resources": gpu_resources(dep, dep.spec.topology.gpus_per_pod),
         "volumeMounts": [
             *store_mounts(dep, read_only=True),
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
@@ -141,28 +107,43 @@ def _pod_template(
     if role != "worker":
         container["ports"] = _ports()
         container.update(probes(opts))
+    if dep.spec.topology.multi_node:
+        container["volumeMounts"].append(
+            {"name": "mpi-ssh", "mountPath": c.MPI_SSH_MOUNT, "readOnly": True}
+        )
+    return container
+
+
+def _volumes(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
+    items = [{"key": configmap_key(LAUNCH_PLAN_KEY), "path": LAUNCH_PLAN_KEY}]
+    cm = naming.plan_configmap_name(dep, repo_key)
     volumes: list[dict[str, Any]] = [
         *store_volumes(dep),
         {"name": TOOLS_VOLUME, "emptyDir": {}},
-        {
-            "name": PLAN_VOLUME,
-            "configMap": {
-                "name": cm,
-                "items": [{"key": configmap_key(LAUNCH_PLAN_KEY), "path": LAUNCH_PLAN_KEY}],
-            },
-        },
+        {"name": PLAN_VOLUME, "configMap": {"name": cm, "items": items}},
         shm_volume(dep),
     ]
-    if is_multi_node(dep):
-        container["volumeMounts"].append(
-            {"name": "mpi-ssh", "mountPath": MPI_SSH_MOUNT, "readOnly": True}
-        )
-        volumes.append(
-            {
-                "name": "mpi-ssh",
-                "secret": {"secretName": naming.mpi_secret_name(dep), "defaultMode": 0o400},
-            }
-        )
+    if dep.spec.topology.multi_node:
+        secret = {"secretName": naming.mpi_secret_name(dep), "defaultMode": 0o400}
+        volumes.append({"name": "mpi-ssh", "secret": secret})
+    return volumes
+
+
+def _pod_template(
+    dep: TritonLLMDeployment,
+    repo_key: str,
+    key: str,
+    opts: RenderOptions,
+    *,
+    role: str,
+) -> dict[str, Any]:
+    """role: "server" (single node), "leader" or "worker" (multi node)."""
+    component = c.COMPONENT_WORKER if role == "worker" else c.COMPONENT_SERVER
+    labels = {
+        **naming.base_labels(dep, component),
+        c.LABEL_ENGINE_KEY: key,
+        c.LABEL_REPO_KEY: repo_key,
+    }
     annotations = {
         **dep.spec.podTemplate.annotations,
         "prometheus.io/scrape": "true" if role != "worker" else "false",
@@ -176,8 +157,8 @@ def _pod_template(
             # Long enough for tritonserver to drain in-flight requests after SIGTERM.
             "terminationGracePeriodSeconds": 60,
             "initContainers": [tools_init_container(opts)],
-            "containers": [container],
-            "volumes": volumes,
+            "containers": [_container(dep, opts, role)],
+            "volumes": _volumes(dep, repo_key),
         },
     }
 
@@ -216,8 +197,8 @@ def leader_worker_set(
 ) -> dict[str, Any]:
     labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
     return {
-        "apiVersion": LWS_API,
-        "kind": "LeaderWorkerSet",
+        "apiVersion": dep.spec.topology.workload_api_version,
+        "kind": dep.spec.topology.workload_kind,
         "metadata": metadata(dep, naming.serving_name(dep), labels),
         "spec": {
             **_replicas(dep, opts),
@@ -227,7 +208,7 @@ def leader_worker_set(
                 "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},
             },
             "leaderWorkerTemplate": {
-                "size": nodes_per_replica(dep),
+                "size": dep.spec.topology.pods_per_group,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": _pod_template(dep, repo_key, key, opts, role="leader"),
                 "workerTemplate": _pod_template(dep, repo_key, key, opts, role="worker"),
@@ -297,11 +278,8 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
                 "target": {"type": "AverageValue", "averageValue": a.target},
             },
         }
-    target = (
-        {"apiVersion": LWS_API, "kind": "LeaderWorkerSet"}
-        if is_multi_node(dep)
-        else {"apiVersion": "apps/v1", "kind": "Deployment"}
-    )
+    topology = dep.spec.topology
+    target = {"apiVersion": topology.workload_api_version, "kind": topology.workload_kind}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -329,7 +307,7 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
 def pod_disruption_budget(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     """At most one serving pod voluntarily evicted at a time (only meaningful with > 1)."""
     many = dep.spec.autoscaling is not None or dep.spec.serving.replicas > 1
-    if not many or is_multi_node(dep):
+    if not many or dep.spec.topology.multi_node:
         return None
     return {
         "apiVersion": "policy/v1",

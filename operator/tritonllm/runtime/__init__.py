@@ -4,9 +4,10 @@
 This package runs inside the Triton TensorRT-LLM image, whose python3 (3.10 in 24.x images, 3.12
 later) has the standard library, TensorRT-LLM and huggingface_hub, but not pydantic, kopf,
 kubernetes or PyYAML. So: standard library only, Python 3.10 syntax and APIs, and of tritonllm only
-`tritonllm.api.constants` and `tritonllm.triton.launch` (both stdlib-only). The operator renders
-everything these entry points need into JSON plans; they execute plans, they decide nothing about
-the CR. `tritonllm.runtime.pyz` packs exactly these modules into the zipapp the pods run.
+`tritonllm.api.constants` and `tritonllm.api.topology` (both stdlib-only). The operator renders
+everything these entry points need into JSON plans, the topology and the complete mpirun command
+included; they execute plans, they decide nothing about the CR. `tritonllm.runtime.pyz` packs
+exactly these modules into the zipapp the pods run.
 
 Modules: `common` (exit codes, logging, probes of the image and the GPUs), `build` (the build plan
 steps), `hub` (Hugging Face downloads), `repository` (the model-repository step), `launch` (the

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tritonllm.api.topology import Topology
+
 # --- exit codes (docs/in-pod.md lists them) --------------------------------------------------
 EXIT_OK = 0
 EXIT_FAILED = 1  # a tool failed or an unexpected error: retrying may help
@@ -127,6 +129,15 @@ def load_plan(path: str | Path) -> dict[str, Any]:
         found = plan.get("version") if isinstance(plan, dict) else plan
         raise Failure(EXIT_INVALID, f"plan {path}: unsupported plan version {found!r}")
     return plan
+
+
+def plan_topology(plan: dict[str, Any]) -> Topology:
+    """The topology the operator rendered into a plan (the pod never derives it)."""
+    try:
+        return Topology.from_wire(plan)
+    except (KeyError, TypeError, ValueError) as exc:
+        message = f"the plan's topology is incomplete or malformed: {exc}"
+        raise Failure(EXIT_INVALID, message) from exc
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -414,3 +425,45 @@ def engine_mapping(engine_dir: Path) -> EngineMapping:
     return EngineMapping(
         int(mapping["tp_size"]), int(mapping.get("pp_size", 1)), str(version) if version else None
     )
+
+
+def check_engine(
+    engine_dir: Path, topology: Topology, *, version: str | None, subject: str, against: str
+) -> dict[str, Any]:
+    """The one engine check, made by the repository Job and by every serving pod: the engine's
+    artifact.json exists (the build finished), its tp and pp are the topology's, the engine's own
+    config.json agrees with it (nothing changed it since), and, unless `version` is None or the
+    check is skipped, it was built by TensorRT-LLM `version`. The messages name who expects
+    what: `subject` the topology ("repository", "deployment"), `against` the version ("this
+    repository is for", "this image has"). Returns the artifact."""
+    artifact = read_json(engine_dir / "artifact.json")
+    if artifact is None:
+        raise Failure(
+            EXIT_NOT_FOUND,
+            f"{engine_dir}/artifact.json does not exist: the engine was not (completely) built",
+        )
+    tp, pp = int(artifact.get("tensorParallel", 0)), int(artifact.get("pipelineParallel", 0))
+    if (tp, pp) != (topology.tensor, topology.pipeline):
+        raise Failure(
+            EXIT_MISMATCH,
+            f"the engine in {engine_dir} was built with tp={tp} pp={pp} but this {subject} is "
+            f"for tp={topology.tensor} pp={topology.pipeline}: built for tp={tp} x pp={pp} = "
+            f"{tp * pp} ranks but this deployment runs world size {topology.world_size} (MPI "
+            "would abort with 'mpiSize == tp * pp')",
+        )
+    mapping = engine_mapping(engine_dir)
+    if (mapping.tp, mapping.pp) != (tp, pp):
+        raise Failure(
+            EXIT_MISMATCH,
+            f"{engine_dir}/config.json says tp={mapping.tp} pp={mapping.pp} but artifact.json "
+            f"says tp={tp} pp={pp}: the engine directory was changed after the build",
+        )
+    built = artifact.get("trtllmVersion")
+    if version and not version_check_skipped() and not (built and same_version(built, version)):
+        raise Failure(
+            EXIT_VERSION,
+            f"the engine in {engine_dir} was built with TensorRT-LLM {built} but {against} "
+            f"{version}: an engine only loads under the version that built it (serve with the "
+            "build's image, or let the operator rebuild for this one)",
+        )
+    return artifact

@@ -5,24 +5,31 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
 
 - the model repository must exist (the repository Job renames it into place when complete; we
   wait for it, with progress lines, up to TRITONLLM_WAIT_TIMEOUT seconds);
-- engine runtime: artifact.json tp x pp must equal the world size, agree with the engine's own
-  config.json, its GPU product must be this pod's (nvidia-smi), and its TensorRT-LLM version must
-  equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version comparison);
+- engine runtime: the engine must pass the one engine check (common.check_engine: artifact.json
+  tp and pp are the plan's topology, the engine's own config.json agrees) and its TensorRT-LLM
+  version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version); the
+  serving pod also refuses an engine built on another GPU product than its own (nvidia-smi);
 - the pod must see the GPUs it is supposed to have.
 
-Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) as a child in the
-foreground rather than exec'ing it, so that SIGTERM from the kubelet is forwarded for a graceful
-drain and the exit status is mpirun's, which is non-zero when any rank dies. Leader and worker
-modes implement the SSH bootstrap of tritonllm.runtime.ssh for LeaderWorkerSet groups.
+Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) exactly as rendered, as a
+child in the foreground rather than exec'ing it, so that SIGTERM from the kubelet is forwarded for a
+graceful drain and the exit status is mpirun's, which is non-zero when any rank dies. The topology
+(GPUs per pod, pods per group, ranks per node) comes from the plan too. Leader and worker modes
+implement the SSH bootstrap of tritonllm.runtime.ssh for LeaderWorkerSet groups: the leader writes
+the files the rendered command names (hostfile, SSH client key, pinned host key), the worker runs
+sshd.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from tritonllm.api.topology import Topology
 
 from . import ssh
 from .common import (
@@ -31,19 +38,17 @@ from .common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_TIMEOUT,
-    EXIT_VERSION,
     Failure,
-    engine_mapping,
+    check_engine,
     gpu_product,
     load_plan,
     local_mpi_ranks,
     log,
+    plan_topology,
     product_label,
-    read_json,
     require_gpus,
     run_child,
     run_main,
-    same_version,
     trtllm_version,
     version_check_skipped,
 )
@@ -68,31 +73,30 @@ def wait_seconds() -> float:
 
 
 def execute(mode: str, plan: dict[str, Any]) -> int:
-    multi = int(plan.get("nodes", 1)) > 1
+    topology = plan_topology(plan)
     if mode not in MODES:
         raise Failure(EXIT_INVALID, f"unknown mode {mode!r} (one of {', '.join(MODES)})")
-    if multi != (mode != "single"):
+    if topology.multi_node != (mode != "single"):
         raise Failure(
             EXIT_INVALID,
-            f"mode {mode} does not fit a plan for {plan.get('nodes', 1)} node(s): single-node "
-            "plans run with --mode single, multi-node plans with --mode leader/worker",
+            f"mode {mode} does not fit a plan for {topology.pods_per_group} pod(s) per group: "
+            "single-node plans run with --mode single, multi-node plans with --mode leader/worker",
         )
-    if multi and not plan.get("ssh"):
+    if topology.multi_node and not plan.get("ssh"):
         raise Failure(EXIT_INVALID, "a multi-node plan needs an `ssh` section")
-    require_gpus(int(plan["gpusPerPod"]), "this serving pod")
+    require_gpus(topology.gpus_per_pod, "this serving pod")
     if mode == "worker":
         return run_worker(plan)
     wait_for_repository(Path(plan["modelRepository"]), wait_seconds())
     if plan.get("runtime", "engine") == "engine":
-        check_engine(plan)
+        verify_engine_for_image(plan, topology)
+    if mode == "leader":
+        prepare_leader(plan, topology)
     argv: list[str] = list(plan["argv"])
-    with tempfile.TemporaryDirectory(prefix="tritonllm-launch-") as tmp:
-        if mode == "leader":
-            argv = leader_command(plan, argv, Path(tmp))
-        log("launch", "exec", mode=mode, argv=argv)
-        # Under mpirun, SIGTERM goes to the local ranks (see drain_targets).
-        mpi = Path(argv[0]).name in MPI_LAUNCHERS
-        result = run_child(argv, signal_targets=drain_targets if mpi else None)
+    log("launch", "exec", mode=mode, argv=argv)
+    # Under mpirun, SIGTERM goes to the local ranks (see drain_targets).
+    mpi = Path(argv[0]).name in MPI_LAUNCHERS
+    result = run_child(argv, signal_targets=drain_targets if mpi else None)
     code = result.returncode if result.returncode >= 0 else 128 - result.returncode
     log("launch", "exit", code=code, signal=result.signalled)
     return code
@@ -131,45 +135,23 @@ def wait_for_repository(repo: Path, timeout: float) -> None:
     log("launch", "repository", path=str(repo))
 
 
-def check_engine(plan: dict[str, Any]) -> None:
-    engine_dir = Path(plan["engineDir"])
-    artifact = read_json(engine_dir / "artifact.json")
-    if artifact is None:
-        raise Failure(
-            EXIT_NOT_FOUND,
-            f"{engine_dir}/artifact.json does not exist: the engine {plan['engineKey']} was "
-            "not (completely) built",
-        )
-    world = int(plan["worldSize"])
-    tp, pp = int(artifact["tensorParallel"]), int(artifact["pipelineParallel"])
-    if tp * pp != world:
-        raise Failure(
-            EXIT_MISMATCH,
-            f"the engine was built for tp={tp} x pp={pp} = {tp * pp} ranks but this deployment "
-            f"runs world size {world} (MPI would abort with 'mpiSize == tp * pp')",
-        )
-    mapping = engine_mapping(engine_dir)
-    if (mapping.tp, mapping.pp) != (tp, pp):
-        raise Failure(
-            EXIT_MISMATCH,
-            f"{engine_dir}/config.json says tp={mapping.tp} pp={mapping.pp} but artifact.json "
-            f"says tp={tp} pp={pp}: the engine directory was changed after the build",
-        )
+def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
+    """The engine on the store fits the plan's topology and this image's TensorRT-LLM."""
+    image: str | None = None
+    if not version_check_skipped():
+        image = trtllm_version()
+        if image is None:
+            raise Failure(EXIT_NOT_FOUND, "TensorRT-LLM is not installed in this image")
+    artifact = check_engine(
+        Path(plan["engineDir"]),
+        topology,
+        version=image,
+        subject="deployment",
+        against="this image has",
+    )
     check_gpu_product(artifact)
-    if version_check_skipped():
-        return
-    built = artifact.get("trtllmVersion")
-    image = trtllm_version()
-    if image is None:
-        raise Failure(EXIT_NOT_FOUND, "TensorRT-LLM is not installed in this image")
-    if not built or not same_version(str(built), image):
-        raise Failure(
-            EXIT_VERSION,
-            f"the engine was built with TensorRT-LLM {built} but this image has {image}: an "
-            "engine only loads under the version that built it (serve with the build's image, "
-            "or let the operator rebuild for this one)",
-        )
-    log("launch", "engine", key=plan["engineKey"], tp=tp, pp=pp, trtllmVersion=image)
+    log("launch", "engine", key=plan["engineKey"], tp=topology.tensor, pp=topology.pipeline,
+        trtllmVersion=image)
 
 
 def check_gpu_product(artifact: dict[str, Any]) -> None:
@@ -193,14 +175,16 @@ def check_gpu_product(artifact: dict[str, Any]) -> None:
     log("launch", "gpu", product=here, engineProduct=built, checked=True)
 
 
-def leader_command(plan: dict[str, Any], argv: list[str], workdir: Path) -> list[str]:
+def prepare_leader(plan: dict[str, Any], topology: Topology) -> None:
+    """What the rendered mpirun command refers to: the SSH client files and the hostfile of the
+    group (written once every worker's sshd answers)."""
     cfg = plan["ssh"]
-    port, key_dir = int(cfg["port"]), Path(cfg["keyDir"])
-    hosts = ssh.worker_hosts(os.environ, int(plan["nodes"]))
-    agent = ssh.rsh_agent(port, key_dir, workdir)
+    port, workdir = int(cfg["port"]), Path(cfg["workDir"])
+    hosts = ssh.worker_hosts(os.environ, topology.pods_per_group)
+    ssh.prepare_client(Path(cfg["keyDir"]), workdir)
     log("launch", "waiting", what="workers", hosts=hosts, port=port)
     addresses = ssh.wait_for_workers(hosts, port, wait_seconds())
-    return ssh.leader_argv(argv, hosts=addresses, slots=int(plan["gpusPerPod"]), agent=agent)
+    ssh.write_hostfile(workdir, [socket.gethostname(), *addresses], topology.ranks_per_node)
 
 
 def run_worker(plan: dict[str, Any]) -> int:

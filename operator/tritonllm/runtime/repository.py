@@ -6,10 +6,11 @@ or not at all: the copy goes to a hidden sibling first and is renamed into place
 within one filesystem). A content hash, kept in a top-level *file* of the repository (Triton treats
 every top-level directory as a model, files are ignored), makes reruns no-ops.
 
-Before copying, the engine's artifact.json must exist (the build finished) and match what the
-repository was rendered for: tp and pp (so world size = tp x pp holds at launch) and the
-TensorRT-LLM version (an engine only loads under the version that built it). This runs in the
-operator image, where the check is cheap, instead of failing minutes later on a GPU node.
+Before copying, the engine must pass the one engine check (common.check_engine, the same the
+serving pods make): artifact.json exists (the build finished) and matches what the repository was
+rendered for, tp and pp (so world size = tp x pp holds at launch) and the TensorRT-LLM version (an
+engine only loads under the version that built it), and the engine's config.json agrees. This runs
+in the operator image, where the check is cheap, instead of failing minutes later on a GPU node.
 """
 
 from __future__ import annotations
@@ -22,16 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .common import (
-    EXIT_MISMATCH,
-    EXIT_NOT_FOUND,
-    EXIT_VERSION,
-    Failure,
-    log,
-    read_json,
-    same_version,
-    version_check_skipped,
-)
+from .common import EXIT_NOT_FOUND, Failure, check_engine, log, plan_topology
 
 CONTENT_MARKER = ".tritonllm-content"
 
@@ -53,42 +45,20 @@ def tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def verify_engine(engine_dir: Path, expect: dict[str, Any]) -> dict[str, Any]:
-    artifact = read_json(engine_dir / "artifact.json")
-    if artifact is None:
-        raise Failure(
-            EXIT_NOT_FOUND,
-            f"{engine_dir}/artifact.json does not exist: the engine build has not finished",
-        )
-    got = (artifact.get("tensorParallel"), artifact.get("pipelineParallel"))
-    want = (expect["tensorParallel"], expect["pipelineParallel"])
-    if got != want:
-        raise Failure(
-            EXIT_MISMATCH,
-            f"the engine in {engine_dir} was built with tp={got[0]} pp={got[1]} but this "
-            f"repository is for tp={want[0]} pp={want[1]}",
-        )
-    built, wanted = artifact.get("trtllmVersion"), expect.get("trtllmVersion")
-    if (
-        wanted
-        and not version_check_skipped()
-        and (not built or not same_version(str(built), str(wanted)))
-    ):
-        raise Failure(
-            EXIT_VERSION,
-            f"the engine in {engine_dir} was built with TensorRT-LLM {built} but this "
-            f"repository is for {wanted}: an engine only loads under the version that built it",
-        )
-    return artifact
-
-
 def run(step: dict[str, Any]) -> None:
     src, dst = Path(step["from"]), Path(step["to"])
     weights = step.get("weightsDir")
     if weights and not Path(weights).is_dir():
         raise Failure(EXIT_NOT_FOUND, f"model directory {weights} does not exist on the store")
     if step.get("engineDir"):
-        verify_engine(Path(step["engineDir"]), step["expect"])
+        expect = step["expect"]
+        check_engine(
+            Path(step["engineDir"]),
+            plan_topology(expect),
+            version=expect.get("trtllmVersion"),
+            subject="repository",
+            against="this repository is for",
+        )
     if not src.is_dir():
         raise Failure(EXIT_NOT_FOUND, f"rendered repository {src} does not exist")
     content = tree_digest(src)

@@ -5,16 +5,18 @@ ServiceAccount allowed to `create pods/exec`: in practice the right to run any c
 the namespace. Here mpirun uses plain OpenSSH instead, scoped to one deployment:
 
 - The operator creates one Secret per deployment (`<name>-mpi-ssh`, keys in SECRET_KEYS, made by
-  `generate_secret_data`): a client key pair and a host key pair. Only that deployment's pods
+  tritonllm.render.mpi): a client key pair and a host key pair. Only that deployment's pods
   mount it; no ServiceAccount token or RBAC is involved.
 - Workers run sshd as the pod's own user (no root needed, no extra capability), in the foreground,
   on a high port (plan `ssh.port`), with a config written at start into a private temporary
   directory: public-key login only, for that one user, with the deployment's client key (marked
   `restrict`: no forwarding, no pty), no passwords, no forwarding of any kind.
 - The leader pins the workers' host key (from the Secret), so it only talks to this deployment's
-  workers, waits until every worker's sshd answers with an SSH banner, and runs mpirun with
-  `--host leader:slots,worker1:slots,...` and OpenSSH as `plm_rsh_agent`. Tree spawn is off, so
-  only the leader ever opens SSH connections.
+  workers, waits until every worker's sshd answers with an SSH banner, writes the group's
+  hostfile (`leader slots=N`, then the workers) and runs the rendered mpirun command, which reads
+  that hostfile and uses OpenSSH with these files as `plm_rsh_agent` (tritonllm.triton.launch
+  builds it; the paths are fixed). Tree spawn is off, so only the leader ever opens SSH
+  connections.
 - Open MPI's own daemons (orted) then connect back to the leader over the pod network.
 
 Sessions started by sshd get a clean environment, but ranks need the container's (PATH to orted,
@@ -34,14 +36,13 @@ import os
 import pwd
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tritonllm.api import constants as c
+
 from .common import (
-    EXIT_FAILED,
     EXIT_INVALID,
     EXIT_MISMATCH,
     EXIT_NOT_FOUND,
@@ -50,11 +51,11 @@ from .common import (
     log,
 )
 
-CLIENT_KEY = "id_ed25519"
-CLIENT_PUB = "id_ed25519.pub"
-HOST_KEY = "ssh_host_ed25519_key"
-HOST_PUB = "ssh_host_ed25519_key.pub"
-SECRET_KEYS = (CLIENT_KEY, CLIENT_PUB, HOST_KEY, HOST_PUB)
+CLIENT_KEY = c.MPI_SSH_CLIENT_KEY
+CLIENT_PUB = c.MPI_SSH_CLIENT_PUB
+HOST_KEY = c.MPI_SSH_HOST_KEY
+HOST_PUB = c.MPI_SSH_HOST_PUB
+SECRET_KEYS = c.MPI_SSH_KEYS
 
 ENV_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
 ENV_GROUP_SIZE = "LWS_GROUP_SIZE"
@@ -64,31 +65,6 @@ SESSION_SPECIFIC = {
     "HOME", "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "USER", "LOGNAME", "SHELL", "MAIL",
 }
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "KEY")
-
-
-# --- the Secret (operator side) ---------------------------------------------------------------
-
-
-def generate_secret_data(comment: str = "tritonllm-mpi") -> dict[str, str]:
-    """Fresh key pairs for one deployment's `<name>-mpi-ssh` Secret (stringData), via ssh-keygen.
-
-    ed25519 keys in OpenSSH format, readable by every OpenSSH in Triton images.
-    """
-    keygen = shutil.which("ssh-keygen")
-    if keygen is None:
-        raise Failure(EXIT_NOT_FOUND, "ssh-keygen not found: install openssh-client")
-    out: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="tritonllm-keygen-") as tmp:
-        for name in (CLIENT_KEY, HOST_KEY):
-            path = Path(tmp) / name
-            subprocess.run(
-                [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                check=True,
-                capture_output=True,
-            )
-            out[name] = path.read_text()
-            out[f"{name}.pub"] = Path(f"{path}.pub").read_text()
-    return out
 
 
 # --- shared -------------------------------------------------------------------------------------
@@ -305,48 +281,31 @@ def wait_for_workers(
         time.sleep(interval)
 
 
-def rsh_agent(port: int, key_dir: Path, workdir: Path) -> str:
-    """The `ssh ...` command mpirun uses to start its daemons on the workers."""
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only this user can enter (0700), created if needed."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise Failure(EXIT_INVALID, f"{path} exists but belongs to UID {st.st_uid}, not to us")
+    path.chmod(0o700)
+    return path
+
+
+def prepare_client(key_dir: Path, workdir: Path) -> None:
+    """The files the rendered SSH agent names (tritonllm.triton.launch.rsh_agent): a private copy
+    of the client key and the workers' pinned host key, in `workdir`."""
     if shutil.which("ssh") is None:
         raise Failure(EXIT_NOT_FOUND, "ssh (OpenSSH client) not found in this image")
     current_user()
-    key = workdir / CLIENT_KEY
-    _private_copy(key_dir / CLIENT_KEY, key)
-    known = workdir / "known_hosts"
-    known.write_text(f"* {_public_key(key_dir / HOST_PUB)}\n")
-    options = {
-        "IdentitiesOnly": "yes",
-        "IdentityAgent": "none",
-        "UserKnownHostsFile": str(known),
-        "GlobalKnownHostsFile": "/dev/null",
-        "StrictHostKeyChecking": "yes",
-        "BatchMode": "yes",
-        "ConnectTimeout": "30",
-        "ServerAliveInterval": "30",
-        "LogLevel": "ERROR",
-    }
-    parts = ["ssh", "-p", str(port), "-i", str(key)]
-    for name, value in options.items():
-        parts += ["-o", f"{name}={value}"]
-    if any(" " in p for p in parts):
-        raise Failure(EXIT_FAILED, f"temporary directory {workdir} has a space in its path")
-    return " ".join(parts)
+    private_dir(workdir)
+    _private_copy(key_dir / CLIENT_KEY, workdir / CLIENT_KEY)
+    (workdir / c.MPI_KNOWN_HOSTS).write_text(f"* {_public_key(key_dir / HOST_PUB)}\n")
 
 
-def leader_argv(
-    argv: list[str], *, hosts: list[str], slots: int, agent: str
-) -> list[str]:
-    """The plan's mpirun command with the group's hosts and the SSH agent added."""
-    host_list = ",".join(f"{h}:{slots}" for h in [socket.gethostname(), *hosts])
-    return [
-        argv[0],
-        "--host",
-        host_list,
-        "--mca",
-        "plm_rsh_agent",
-        agent,
-        "--mca",
-        "plm_rsh_no_tree_spawn",
-        "1",
-        *argv[1:],
-    ]
+def write_hostfile(workdir: Path, hosts: Sequence[str], slots: int) -> Path:
+    """mpirun's hostfile: every host of the group with its slots, the leader first (so that rank
+    0, which serves HTTP, runs on the leader)."""
+    path = workdir / c.MPI_HOSTFILE
+    path.write_text("".join(f"{host} slots={slots}\n" for host in hosts))
+    log("launch", "hostfile", path=str(path), hosts=list(hosts), slots=slots)
+    return path

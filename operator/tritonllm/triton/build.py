@@ -158,11 +158,6 @@ def trtllm_build_argv(
     return argv
 
 
-def build_gpus(spec: TritonLLMDeploymentSpec) -> int:
-    """GPUs the build Job asks for: one node's worth at most (ranks build in turn on them)."""
-    return min(spec.world_size, spec.gpu.perNode)
-
-
 def download_step(
     spec: TritonLLMDeploymentSpec,
     *,
@@ -201,9 +196,9 @@ def build_plan(
         "engineKey": engine_key,
         "trtllmVersion": str(version),
         "gpuProduct": spec.gpu.product,
-        "tensorParallel": spec.engine.parallelism.tensor,
-        "pipelineParallel": spec.engine.parallelism.pipeline,
-        "worldSize": spec.world_size,
+        "tensorParallel": spec.topology.tensor,
+        "pipelineParallel": spec.topology.pipeline,
+        "worldSize": spec.topology.world_size,
         "weightsDir": weights_dir,
         "checkpointDir": checkpoint_dir,
         "engineDir": engine_dir,
@@ -218,7 +213,8 @@ def build_plan(
                     version,
                     checkpoint_dir=checkpoint_dir,
                     engine_dir=engine_dir,
-                    workers=build_gpus(spec),
+                    # The build Job has one serving pod's GPUs; ranks build in turn on them.
+                    workers=spec.topology.gpus_per_pod,
                 ),
             },
         ],

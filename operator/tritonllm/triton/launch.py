@@ -10,6 +10,13 @@ multi-node tutorials use (shared/reference/tensorrt-llm-triton.md, sections 2.2 
 - ranks >= 1 serve nothing, log only errors and load ``tensorrt_llm`` explicitly (their
   executor worker loop blocks until the leader shuts down).
 
+Multi node (a LeaderWorkerSet group): the leader's mpirun reads the group's hosts from a hostfile
+(the leader writes it once the workers' sshd answer: `<host> slots=<ranks per node>`, leader
+first, so rank 0 serves on the leader) and starts the workers' daemons over OpenSSH with the
+deployment's key, host key pinned, tree spawn off (docs/in-pod.md). Every path in that command
+line is fixed (tritonllm.api.constants.MPI_WORKDIR), so this module renders the whole argv for
+every case and the pod only executes it.
+
 world_size must equal the engine's tp x pp; the caller checks that before it gets here.
 """
 
@@ -19,9 +26,53 @@ import dataclasses
 from collections.abc import Sequence
 
 from tritonllm.api import constants as c
+from tritonllm.api.topology import Topology
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 MPIRUN = "mpirun"
+
+
+@dataclasses.dataclass(frozen=True)
+class MpiSsh:
+    """Multi node: where the leader's mpirun finds the group's hosts and its SSH client files."""
+
+    port: int = c.MPI_SSH_PORT
+    workdir: str = c.MPI_WORKDIR
+
+    @property
+    def hostfile(self) -> str:
+        return f"{self.workdir}/{c.MPI_HOSTFILE}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.workdir}/{c.MPI_SSH_CLIENT_KEY}"
+
+    @property
+    def known_hosts(self) -> str:
+        return f"{self.workdir}/{c.MPI_KNOWN_HOSTS}"
+
+
+def rsh_agent(ssh: MpiSsh) -> str:
+    """The `ssh ...` command mpirun uses to start its daemons on the workers: only the
+    deployment's key, only its workers' host key, never a prompt, a dead connection noticed
+    within a minute. One string: Open MPI splits it on spaces, so no path in it may hold one."""
+    options = {
+        "IdentitiesOnly": "yes",
+        "IdentityAgent": "none",
+        "UserKnownHostsFile": ssh.known_hosts,
+        "GlobalKnownHostsFile": "/dev/null",
+        "StrictHostKeyChecking": "yes",
+        "BatchMode": "yes",
+        "ConnectTimeout": "30",
+        "ServerAliveInterval": "30",
+        "LogLevel": "ERROR",
+    }
+    parts = ["ssh", "-p", str(ssh.port), "-i", ssh.key]
+    for name, value in options.items():
+        parts += ["-o", f"{name}={value}"]
+    if any(" " in p for p in parts):
+        raise ValueError(f"the MPI working directory {ssh.workdir!r} has a space in its path")
+    return " ".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +87,8 @@ class LaunchSpec:
     tritonserver: str = TRITONSERVER
     # Models ranks >= 1 load (the TensorRT-LLM models; the Python ones run on rank 0 only).
     worker_models: tuple[str, ...] = ("tensorrt_llm",)
-    # Multi-node: "host:slots" entries, leader first; empty for a single pod.
-    hosts: tuple[str, ...] = ()
+    # Multi node: the hostfile and the SSH agent (None: every rank in this pod).
+    ssh: MpiSsh | None = None
     exit_timeout_seconds: int = 30
     log_verbose: int = 0
     # llmapi: one tritonserver, TensorRT-LLM spawns its own MPI workers.
@@ -95,10 +146,22 @@ def mpirun_argv(
     argv = [mpirun, "--allow-run-as-root", "--tag-output", "--bind-to", "none"]
     for mca in extra_mca:
         argv += ["--mca", *mca.split("=", 1)] if "=" in mca else ["--mca", mca]
-    if spec.hosts:
-        argv += ["--host", ",".join(spec.hosts)]
+    if spec.ssh is not None:
+        argv += ["--hostfile", spec.ssh.hostfile, "--mca", "plm_rsh_agent", rsh_agent(spec.ssh)]
+        argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
     for rank in range(spec.world_size):
         if rank:
             argv.append(":")
         argv += ["-n", "1", *rank_args(spec, rank)]
     return argv
+
+
+def launch_spec(topology: Topology, *, runtime: str, model_repository: str) -> LaunchSpec:
+    """The serving command of a deployment: every rank in one pod, a group over SSH, or (llmapi)
+    one tritonserver."""
+    return LaunchSpec(
+        world_size=topology.world_size,
+        model_repository=model_repository,
+        single_process=runtime == "llmapi",
+        ssh=MpiSsh() if topology.multi_node else None,
+    )

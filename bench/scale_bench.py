@@ -1,0 +1,463 @@
+"""Scale benchmark: N small deployments through the operator, against the API server's own limit.
+
+    .venv/bin/python -m bench.scale_bench --n 100 [--n 1000] [--cluster NAME] [--json FILE]
+
+Figures, not pass/fail (docs/performance.md has the results and how to read them). For each N, on
+one local cluster with kwok GPU nodes, in the same run:
+
+1. **Raw limit.** The children the operator would create for N cache-hit deployments (repository
+   ConfigMap and Job, Service, Deployment: rendered by tritonllm.render, spec hash included) are
+   server-side applied directly, through the operator's own client class with the same
+   concurrency (its worker-thread pool), one deployment's objects in order, all deployments at
+   once, with no controller logic.
+2. **Operator.** `tritonllm run` on a fresh namespace whose engine is already in the cache
+   (a Ready TritonLLMEngine); N TritonLLMDeployments are applied the same way.
+
+For both: per deployment, apply -> all children created and -> Ready (p50/p95/max, from watch
+events), and the operator/raw ratio. For the operator also: reconcile latency p50/p95 (its own
+histogram), API requests per reconcile by verb while converging and in the steady state (its own
+counters), writes per steady-state reconcile, and its resident memory idle, at its peak, and with
+N deployments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import re
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+from tests.cluster.operator_harness import Operator, prepare_namespace, run_operator
+
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import parse_deployment
+from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
+from tritonllm.k8s.client import Kube
+from tritonllm.render import Manifest, RenderOptions, naming, render_all
+from tritonllm.render.engine import engine_record
+
+TOOLS_IMAGE = "registry.invalid/tritonllm:test"  # as the operator harness runs it
+SPEC = {
+    "image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+    "model": {"source": "hf://openai-community/gpt2"},
+    "gpu": {"product": H100},
+}
+WATCHED = ("ConfigMap", "Job", "Service", "Deployment")
+
+
+def small(name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": c.API_VERSION, "kind": c.KIND,
+            "metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
+
+
+def bench_nodes(n: int) -> list[NodeSpec]:
+    """GPU nodes for 2n single-GPU serving pods (raw and operator side by side), CPU nodes for
+    the repository Job pods."""
+    gpu_nodes = max(1, -(-2 * n // 64))
+    return [
+        *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, pods="250") for i in range(gpu_nodes)),
+        *(NodeSpec(f"bench-cpu-{i}", pods="250") for i in range(4)),
+    ]
+
+
+# --- watching: when each object appeared, when each deployment became Ready -------------------
+
+
+@dataclass
+class Timeline:
+    created: dict[tuple[str, str], float] = field(default_factory=dict)  # (kind, name) -> t
+    ready: dict[str, float] = field(default_factory=dict)  # deployment name -> t
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def seen(self, kind: str, name: str) -> None:
+        with self.lock:
+            self.created.setdefault((kind, name), time.monotonic())
+
+    def became_ready(self, name: str) -> None:
+        with self.lock:
+            self.ready.setdefault(name, time.monotonic())
+
+
+def _stream(api: Any, fn: str, namespace: str, stop: threading.Event, on: Any,
+            **kwargs: Any) -> None:
+    while not stop.is_set():
+        w = watch.Watch()
+        try:
+            for ev in w.stream(getattr(api, fn), namespace=namespace, timeout_seconds=30,
+                               **kwargs):
+                if stop.is_set():
+                    break
+                if ev["type"] in ("ADDED", "MODIFIED"):
+                    on(ev["object"])
+        except Exception:  # a broken watch is restarted
+            time.sleep(0.2)
+        finally:
+            w.stop()
+
+
+def start_watches(api_client: Any, namespace: str, timeline: Timeline, *, operator: bool,
+                  stop: threading.Event) -> list[threading.Thread]:
+    core, batch, apps = k8s.CoreV1Api(api_client), k8s.BatchV1Api(api_client), k8s.AppsV1Api(
+        api_client)
+    custom = k8s.CustomObjectsApi(api_client)
+
+    def named(kind: str) -> Any:
+        return lambda o: timeline.seen(kind, o.metadata.name)
+
+    def workload(o: Any) -> None:
+        timeline.seen("Deployment", o.metadata.name)
+        if not operator and (o.status.ready_replicas or 0) >= 1:
+            timeline.became_ready(o.metadata.name)
+
+    def cr(o: dict[str, Any]) -> None:
+        for cond in (o.get("status") or {}).get("conditions") or []:
+            if (cond["type"], cond["status"], cond["reason"]) == (
+                    c.COND_PROGRESSING, "False", "Deployed"):
+                timeline.became_ready(o["metadata"]["name"])
+
+    streams = [
+        (core, "list_namespaced_config_map", named("ConfigMap"), {}),
+        (core, "list_namespaced_service", named("Service"), {}),
+        (batch, "list_namespaced_job", named("Job"), {}),
+        (apps, "list_namespaced_deployment", workload, {}),
+    ]
+    if operator:
+        streams.append((custom, "list_namespaced_custom_object", cr,
+                        {"group": c.GROUP, "version": c.VERSION, "plural": c.PLURAL}))
+    threads = []
+    for api, fn, on, kwargs in streams:
+        t = threading.Thread(target=_stream, args=(api, fn, namespace, stop, on), kwargs=kwargs,
+                             daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50": pct(values, 0.5), "p95": pct(values, 0.95), "max": max(values or [0.0])}
+
+
+def children_of(name: str, repo_key: str) -> list[tuple[str, str]]:
+    """(kind, name) of the children the operator creates for a cache-hit small deployment."""
+    return [("ConfigMap", f"{name}-{repo_key}"), ("Job", f"{name}-repo-{repo_key}"),
+            ("Service", name), ("Deployment", name)]
+
+
+def latencies(timeline: Timeline, started: dict[str, float],
+              children: dict[str, list[tuple[str, str]]]) -> tuple[list[float], list[float]]:
+    created, ready = [], []
+    for name, t0 in started.items():
+        times = [timeline.created.get(ref) for ref in children[name]]
+        if all(t is not None for t in times):
+            created.append(max(times) - t0)  # type: ignore[type-var]
+        if name in timeline.ready:
+            ready.append(timeline.ready[name] - t0)
+    return created, ready
+
+
+def wait_until(what: str, done: Any, timeout: float, every: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    last = 0.0
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not done after {timeout:.0f} s")
+        if time.monotonic() - last > 30:
+            print(f"  ... waiting for {what}", flush=True)
+            last = time.monotonic()
+        time.sleep(every)
+
+
+async def apply_all(kube: Kube, batches: dict[str, list[Manifest]]) -> dict[str, float]:
+    """Apply each deployment's objects in order, every deployment at once (the client's thread
+    pool bounds the concurrency, as in the operator). Returns when each deployment started."""
+    started: dict[str, float] = {}
+
+    async def one(name: str, objs: list[Manifest]) -> None:
+        started[name] = time.monotonic()
+        for obj in objs:
+            await kube.apply(obj)
+
+    await asyncio.gather(*(one(n, objs) for n, objs in batches.items()))
+    return started
+
+
+# --- the operator's own metrics -----------------------------------------------------------------
+
+
+def metric_samples(op: Operator, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    out = {}
+    for line in op.metrics().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0])))
+            out[labels] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@dataclass
+class Snapshot:
+    calls: dict[tuple[str, str], float]  # (verb, kind) -> count
+    reconciles: float
+    buckets: dict[float, float]  # le -> cumulative count
+
+    @staticmethod
+    def of(op: Operator) -> Snapshot:
+        calls = {(dict(k)["verb"], dict(k)["kind"]): v
+                 for k, v in metric_samples(op, "tritonllm_api_calls_total").items()}
+        reconciles = sum(metric_samples(op, "tritonllm_reconciles_total").values())
+        buckets = {float(dict(k)["le"]): v for k, v in
+                   metric_samples(op, "tritonllm_reconcile_duration_seconds_bucket").items()}
+        return Snapshot(calls, reconciles, buckets)
+
+    def minus(self, before: Snapshot) -> Snapshot:
+        keys = set(self.calls) | set(before.calls)
+        return Snapshot({k: self.calls.get(k, 0) - before.calls.get(k, 0) for k in keys},
+                        self.reconciles - before.reconciles,
+                        {le: n - before.buckets.get(le, 0) for le, n in self.buckets.items()})
+
+    def per_reconcile(self) -> dict[str, float]:
+        verbs: dict[str, float] = {}
+        for (verb, _), n in self.calls.items():
+            verbs[verb] = verbs.get(verb, 0) + n
+        return {v: n / max(self.reconciles, 1) for v, n in sorted(verbs.items()) if n}
+
+    def quantile(self, q: float) -> float:
+        """From the histogram's buckets, interpolated linearly within a bucket."""
+        total = self.buckets.get(float("inf"), 0)
+        if not total:
+            return float("nan")
+        target, prev_le, prev_n = q * total, 0.0, 0.0
+        for le in sorted(self.buckets):
+            n = self.buckets[le]
+            if n >= target:
+                if le == float("inf"):
+                    return prev_le
+                return prev_le + (le - prev_le) * (target - prev_n) / max(n - prev_n, 1e-9)
+            prev_le, prev_n = le, n
+        return prev_le
+
+
+def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field_name + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# --- one N --------------------------------------------------------------------------------------
+
+
+
+
+@dataclass
+class Side:
+    created: list[float]
+    ready: list[float]
+    total_created: float
+    total_ready: float
+
+
+@contextlib.contextmanager
+def watched(cluster: LocalCluster, namespace: str, *, operator: bool) -> Iterator[Timeline]:
+    timeline, stop = Timeline(), threading.Event()
+    threads = start_watches(cluster.api_client(), namespace, timeline, operator=operator,
+                            stop=stop)
+    time.sleep(2)  # the watches are established
+    try:
+        yield timeline
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=35)
+
+
+def measure(timeline: Timeline, started: dict[str, float],
+            children: dict[str, list[tuple[str, str]]], t0: float, timeout: float) -> Side:
+    names = list(children)
+    wait_until("all children", lambda: all(
+        ref in timeline.created for n in names for ref in children[n]), timeout)
+    t_created = max(timeline.created[ref] for n in names for ref in children[n])
+    wait_until("all Ready", lambda: all(n in timeline.ready for n in names), timeout)
+    t_ready = max(timeline.ready[n] for n in names)
+    created, ready = latencies(timeline, started, children)
+    return Side(created, ready, t_created - t0, t_ready - t0)
+
+
+def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Side:
+    batches: dict[str, list[Manifest]] = {}
+    children: dict[str, list[tuple[str, str]]] = {}
+    for i in range(n):
+        name = f"s{i:04d}"
+        dep = parse_deployment(small(name, namespace))
+        r = render_all(dep, RenderOptions(tools_image=TOOLS_IMAGE, engine_cached=True))
+        objs = [r.repository_configmap, r.repository_job, r.service, r.workload]
+        batches[name] = [o.stamped() for o in objs]
+        children[name] = children_of(name, r.repository_key)
+    kube = Kube(cluster.api_client())
+    with watched(cluster, namespace, operator=False) as timeline:
+        t0 = time.monotonic()
+        started = asyncio.run(apply_all(kube, batches))
+        return measure(timeline, started, children, t0, timeout)
+
+
+def cached_engine(namespace: str) -> dict[str, Any]:
+    """The TritonLLMEngine record every benchmark deployment shares (their spec is the same)."""
+    dep = parse_deployment(small("warm", namespace))
+    return engine_record(dep, naming.engine_key(dep)).body
+
+
+def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
+                      timeout: float, steady: float) -> dict[str, Any]:
+    record = cached_engine(namespace)
+    kube = Kube(cluster.api_client())
+
+    async def warm_cache() -> None:  # the engine is already in the cache (built before)
+        await kube.apply(Manifest.of(record))
+        await kube.apply_status(Manifest.of({**record, "status": {
+            "state": "Ready", "attempts": 0, "builtFor": "bench-warmup",
+            "message": "build finished"}}))
+
+    asyncio.run(warm_cache())
+    children, batches = {}, {}
+    for i in range(n):
+        name = f"s{i:04d}"
+        r = render_all(parse_deployment(small(name, namespace)))
+        children[name] = children_of(name, r.repository_key)
+        batches[name] = [Manifest.of(small(name, namespace))]
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp, run_operator(
+        cluster, namespace, Path(tmp), resync=resync
+    ) as op:
+        time.sleep(3)
+        out["rss_idle_mib"] = rss_mib(op.proc.pid)
+        before = Snapshot.of(op)
+        with watched(cluster, namespace, operator=True) as timeline:
+            t0 = time.monotonic()
+            started = asyncio.run(apply_all(kube, batches))
+            side = measure(timeline, started, children, t0, timeout)
+        converged = Snapshot.of(op)
+        out["rss_at_n_mib"] = rss_mib(op.proc.pid)
+        time.sleep(steady)
+        after = Snapshot.of(op)
+        out["rss_steady_mib"] = rss_mib(op.proc.pid)
+        out["rss_peak_mib"] = rss_mib(op.proc.pid, "VmHWM")
+        out["side"] = side
+        out["converging"] = converged.minus(before)
+        out["steady"] = after.minus(converged)
+        out["all"] = after.minus(before)
+    return out
+
+
+def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
+    side: Side = op["side"]
+    conv: Snapshot = op["converging"]
+    steady: Snapshot = op["steady"]
+    every: Snapshot = op["all"]
+    steady_writes = sum(v for (verb, _), v in steady.calls.items()
+                        if verb in ("apply", "patch", "create", "delete", "event"))
+    steady_reads = sum(v for (verb, _), v in steady.calls.items() if verb in ("get", "list"))
+    result = {
+        "n": n,
+        "raw": {"created": summary(raw.created), "ready": summary(raw.ready),
+                "all_created_s": raw.total_created, "all_ready_s": raw.total_ready},
+        "operator": {"created": summary(side.created), "ready": summary(side.ready),
+                     "all_created_s": side.total_created, "all_ready_s": side.total_ready},
+        "ratio_all_created": side.total_created / raw.total_created,
+        "ratio_all_ready": side.total_ready / raw.total_ready,
+        "ratio_created_p50": statistics.median(side.created) / statistics.median(raw.created),
+        "reconcile_p50_ms": 1000 * every.quantile(0.5),
+        "reconcile_p95_ms": 1000 * every.quantile(0.95),
+        "reconciles_converging": conv.reconciles,
+        "requests_per_reconcile_converging": conv.per_reconcile(),
+        "reconciles_steady": steady.reconciles,
+        "requests_per_reconcile_steady": steady.per_reconcile(),
+        "writes_per_steady_reconcile": steady_writes / max(steady.reconciles, 1),
+        "reads_per_steady_reconcile": steady_reads / max(steady.reconciles, 1),
+        "rss_idle_mib": op["rss_idle_mib"],
+        "rss_peak_mib": op["rss_peak_mib"],
+        "rss_at_n_mib": op["rss_steady_mib"],
+    }
+    return result
+
+
+def print_report(r: dict[str, Any]) -> None:
+    def fmt(s: dict[str, float]) -> str:
+        return f"p50 {s['p50']:6.1f} s  p95 {s['p95']:6.1f} s  max {s['max']:6.1f} s"
+
+    print(f"\n=== N = {r['n']} ===")
+    for who in ("raw", "operator"):
+        x = r[who]
+        print(f"{who:9s} apply -> children created: {fmt(x['created'])}   "
+              f"(all: {x['all_created_s']:.1f} s)")
+        print(f"{'':9s} apply -> Ready:            {fmt(x['ready'])}   "
+              f"(all: {x['all_ready_s']:.1f} s)")
+    print(f"ratio operator/raw: all children created {r['ratio_all_created']:.2f}, "
+          f"all Ready {r['ratio_all_ready']:.2f}, children created p50 "
+          f"{r['ratio_created_p50']:.2f}")
+    print(f"reconcile latency: p50 {r['reconcile_p50_ms']:.1f} ms, "
+          f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram)")
+    print(f"API requests per reconcile while converging ({r['reconciles_converging']:.0f} "
+          f"reconciles): {r['requests_per_reconcile_converging']}")
+    print(f"API requests per steady-state reconcile ({r['reconciles_steady']:.0f} reconciles): "
+          f"{r['requests_per_reconcile_steady'] or 'none'}; writes "
+          f"{r['writes_per_steady_reconcile']:.2f}, reads {r['reads_per_steady_reconcile']:.2f}")
+    print(f"operator RSS: idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB, "
+          f"with {r['n']} deployments {r['rss_at_n_mib']:.0f} MiB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, action="append", help="deployments (repeatable)")
+    ap.add_argument("--cluster", default="bench")
+    ap.add_argument("--resync", type=float, default=60.0, help="operator resync seconds")
+    ap.add_argument("--steady", type=float, default=150.0,
+                    help="seconds of steady state measured after all are Ready")
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    sizes = args.n or [100]
+    nodes = bench_nodes(max(sizes))
+    cluster = LocalCluster(name=args.cluster, nodes=(*DEFAULT_NODES, *nodes))
+    cluster.up()
+    cluster.apply([node_manifest(s, i + len(DEFAULT_NODES)) for i, s in enumerate(nodes)])
+    results = []
+    for n in sizes:
+        stamp = int(time.time())
+        raw_ns, op_ns = f"scale-raw-{n}-{stamp}", f"scale-op-{n}-{stamp}"
+        for ns in (raw_ns, op_ns):
+            cluster.kubectl("create", "namespace", ns)
+            prepare_namespace(cluster, ns)
+        print(f"N = {n}: raw limit in {raw_ns}", flush=True)
+        raw = run_raw(cluster, n, raw_ns, args.timeout)
+        print(f"N = {n}: operator in {op_ns}", flush=True)
+        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady)
+        result = report(n, raw, op)
+        print_report(result)
+        results.append(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

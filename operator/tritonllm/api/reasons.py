@@ -1,0 +1,76 @@
+"""Condition reasons: why a condition of a TritonLLMDeployment has the status it has.
+
+Every reason the operator writes into `status.conditions` (and into the Events posted when a
+condition flips) is named here, once, grouped by the condition that uses it. They are part of the
+public contract (alerts and dashboards match on them): changing a value is a breaking change.
+docs/operator.md lists them per condition.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- EngineReady ----------------------------------------------------------------------------
+ENGINE_BUILT: Final = "EngineBuilt"
+"""True: this deployment's reconcile built the engine."""
+ENGINE_CACHED: Final = "EngineCached"
+"""True: the engine was already Ready in the cache (TritonLLMEngine); no build ran."""
+BUILDING: Final = "Building"
+"""False: the build Job is running (engine runtime)."""
+DOWNLOADING: Final = "Downloading"
+"""False: the download Job is running (llmapi runtime)."""
+BUILD_FAILED: Final = "BuildFailed"
+"""False (and Degraded): the build Job failed; the message carries the log tail."""
+BLOCKED: Final = "Blocked"
+"""Unknown: a prerequisite is missing (see Degraded), so nothing is built."""
+
+# --- RepositoryReady ------------------------------------------------------------------------
+REPOSITORY_WRITTEN: Final = "RepositoryWritten"
+"""True: the model repository for the current spec is on the store."""
+WAITING_FOR_ENGINE: Final = "WaitingForEngine"
+"""False: the repository is written once the engine is ready."""
+WRITING: Final = "Writing"
+"""False: the repository Job is running."""
+REPOSITORY_FAILED: Final = "RepositoryFailed"
+"""False (and Degraded): the repository Job failed."""
+
+# --- Available ------------------------------------------------------------------------------
+SERVING: Final = "Serving"
+"""True: at least one replica passes its readiness probe."""
+NOT_DEPLOYED: Final = "NotDeployed"
+"""False: the serving workload does not exist yet."""
+NO_READY_REPLICAS: Final = "NoReadyReplicas"
+"""False: the workload exists but no replica is ready."""
+
+# --- Progressing ----------------------------------------------------------------------------
+WRITING_REPOSITORY: Final = "WritingRepository"
+"""True: the engine is ready and the repository is being written."""
+ROLLING_OUT: Final = "RollingOut"
+"""True: the workload is starting or rolling to the current engine and settings."""
+UNSCHEDULABLE: Final = "Unschedulable"
+"""True: rolling out, but the scheduler cannot place a serving pod (its message is quoted)."""
+RETRYING_BUILD: Final = "RetryingBuild"
+"""True: a failed build will be retried after its backoff."""
+DEPLOYED: Final = "Deployed"
+"""False: done; every replica runs the current engine and settings."""
+
+# --- Degraded -------------------------------------------------------------------------------
+AS_EXPECTED: Final = "AsExpected"
+"""False: nothing needs a human."""
+INVALID_SPEC: Final = "InvalidSpec"
+"""True: the object passed the schema but not the operator's checks (the field is named)."""
+STORE_MISSING: Final = "StoreMissing"
+"""True: the model-store PersistentVolumeClaim does not exist."""
+SECRET_MISSING: Final = "SecretMissing"
+"""True: the Secret of spec.model.credentials (or its key) is missing."""
+NO_MATCHING_NODES: Final = "NoMatchingNodes"
+"""True: no node carries spec.gpu.product."""
+
+# --- status.reason only (the `kubectl get tllm` column) -------------------------------------
+READY: Final = "Ready"
+"""Deployed with at least one ready replica."""
+SCALED_TO_ZERO: Final = "ScaledToZero"
+"""Deployed with zero replicas."""
+
+# Degraded=True reasons that block every step (Progressing=False with the same reason).
+PREREQUISITES: Final = (STORE_MISSING, SECRET_MISSING, NO_MATCHING_NODES)

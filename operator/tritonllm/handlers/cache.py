@@ -1,0 +1,316 @@
+"""What the watches already delivered: every read of a reconcile, served from kopf indexes.
+
+kopf watches each kind a reconcile reads and keeps, per object, a slim projection of it (only the
+fields the planner reads) in an index keyed by what the reconcile looks up: (namespace, name) for
+the deployment, its engine record and its children; (namespace, engine key) for the deployments
+using an engine; (namespace, deployment) for its repository revisions and its unschedulable
+serving pods; (namespace, Job) for a failed Job's pods; the GPU product for nodes. A reconcile
+therefore sends no read request, and nothing it does is proportional to the number of
+deployments: no list of all deployments or all Jobs, an engine-cache hit is one dict lookup.
+
+kopf fills the indexes before it calls any handler (so the first reconciles see a complete
+cluster), and keeps them current from the watch streams. What it cannot know yet are our own
+writes whose watch events have not arrived: a reconcile that ran in between would act on what
+they replaced (write a status again, post an Event twice). So the objects our writes return are
+kept as an overlay until the watch catches up (a resourceVersion at least as new), or for a few
+seconds at most, and reads prefer the newer of the two.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
+
+Obj = dict[str, Any]
+Project = Callable[[Mapping[str, Any]], Any]
+# An index as kopf exposes it: key -> the values of the objects indexed under it.
+Index = Mapping[Any, Iterable[Any]]
+
+# The overlay of our own writes outlives a watch event's delay by far, never a lost event.
+OVERLAY_SECONDS = 10.0
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+# --- projections: the fields the planner reads, in the objects' own shape ---------------------
+
+
+def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
+    meta = obj["metadata"]
+    keep = ("name", "namespace", "uid", "resourceVersion", *extra)
+    out: Obj = {k: meta[k] for k in keep if k in meta}
+    spec_hash = (meta.get("annotations") or {}).get(c.ANNOTATION_SPEC_HASH)
+    if spec_hash is not None:
+        out["annotations"] = {c.ANNOTATION_SPEC_HASH: spec_hash}
+    return out
+
+
+def project_deployment(obj: Mapping[str, Any]) -> Obj:
+    """A TritonLLMDeployment as parse_deployment and the planner read it."""
+    meta = obj["metadata"]
+    keep = ("generation", "finalizers", "deletionTimestamp", "labels")
+    out = _meta(obj, *keep)
+    out["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
+                          if k != LAST_APPLIED}
+    return {
+        "apiVersion": obj.get("apiVersion", c.API_VERSION),
+        "kind": obj.get("kind", c.KIND),
+        "metadata": out,
+        "spec": obj.get("spec"),
+        "status": obj.get("status") or {},
+    }
+
+
+def project_engine(obj: Mapping[str, Any]) -> Obj:
+    return {"metadata": _meta(obj), "status": obj.get("status") or {}}
+
+
+def project_job(obj: Mapping[str, Any]) -> Obj:
+    st = obj.get("status") or {}
+    conditions = [
+        {k: x[k] for k in ("type", "status", "reason", "message") if k in x}
+        for x in st.get("conditions") or []
+    ]
+    status: Obj = {"conditions": conditions}
+    if st.get("succeeded"):
+        status["succeeded"] = st["succeeded"]
+    return {"metadata": _meta(obj, "labels"), "status": status}
+
+
+def project_workload(obj: Mapping[str, Any]) -> Obj:
+    """A Deployment or LeaderWorkerSet: replica counts and the keys its pods run."""
+    spec, st = obj.get("spec") or {}, obj.get("status") or {}
+    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get(
+        "leaderTemplate"
+    )
+    labels = ((template or {}).get("metadata") or {}).get("labels") or {}
+    keys = {k: labels[k] for k in (c.LABEL_ENGINE_KEY, c.LABEL_REPO_KEY) if k in labels}
+    out_spec: Obj = {"template": {"metadata": {"labels": keys}}}
+    if "replicas" in spec:
+        out_spec["replicas"] = spec["replicas"]
+    status = {
+        k: st[k]
+        for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")
+        if k in st
+    }
+    return {"metadata": _meta(obj, "generation"), "spec": out_spec, "status": status}
+
+
+def project_child(obj: Mapping[str, Any]) -> Obj:
+    """ConfigMap, Service, HPA, PDB, PVC: identity and the spec hash."""
+    return {"metadata": _meta(obj, "labels")}
+
+
+def project_secret(obj: Mapping[str, Any]) -> Obj:
+    """A Secret's key names (never its values)."""
+    return {"metadata": _meta(obj), "keys": sorted(obj.get("data") or {})}
+
+
+def failed_pod(obj: Mapping[str, Any]) -> Obj | None:
+    """A pod with a container that exited non-zero: its termination messages (the log tail)."""
+    statuses = [
+        {"name": cs.get("name"), "state": {"terminated": cs["state"]["terminated"]}}
+        for cs in (obj.get("status") or {}).get("containerStatuses") or []
+        if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode", 0) != 0
+    ]
+    if not statuses:
+        return None
+    meta = _meta(obj, "creationTimestamp")
+    return {"metadata": meta, "status": {"containerStatuses": statuses}}
+
+
+def unschedulable_pod(obj: Mapping[str, Any]) -> Obj | None:
+    """A serving pod the scheduler cannot place: the scheduler's condition."""
+    labels = obj["metadata"].get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
+        return None
+    conditions = [
+        x
+        for x in (obj.get("status") or {}).get("conditions") or []
+        if x.get("type") == "PodScheduled" and x.get("reason") == "Unschedulable"
+    ]
+    if not conditions:
+        return None
+    meta = {**_meta(obj), "labels": {c.LABEL_COMPONENT: labels[c.LABEL_COMPONENT]}}
+    return {"metadata": meta, "status": {"conditions": conditions}}
+
+
+# --- the indexes: what kopf watches, and under which keys it keeps what ----------------------
+
+
+class IndexSpec:
+    """One kopf index: a resource, an optional label filter, and the key -> value function."""
+
+    def __init__(
+        self,
+        id: str,
+        kind: str,
+        resource: tuple[str, str, str],
+        keyed: Callable[[Mapping[str, Any]], dict[Any, Any]],
+        *,
+        managed: bool = False,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.resource = resource  # (group, version, plural); group "" for the core API
+        self.keyed = keyed
+        self.managed = managed  # only objects labelled managed-by tritonllm
+
+
+def _by_name(project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
+    def keyed(obj: Mapping[str, Any]) -> dict[Any, Any]:
+        meta = obj["metadata"]
+        value = project(obj)
+        return {} if value is None else {(meta.get("namespace"), meta["name"]): value}
+
+    return keyed
+
+
+def _by_label(label: str, project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
+    def keyed(obj: Mapping[str, Any]) -> dict[Any, Any]:
+        meta = obj["metadata"]
+        owner = (meta.get("labels") or {}).get(label)
+        value = project(obj) if owner else None
+        return {} if value is None else {(meta.get("namespace"), owner): value}
+
+    return keyed
+
+
+def _users_of_engine(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    key = ((obj.get("status") or {}).get("engine") or {}).get("key")
+    meta = obj["metadata"]
+    return {(meta.get("namespace"), key): meta["name"]} if key else {}
+
+
+def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) != c.COMPONENT_REPOSITORY or not labels.get(c.LABEL_REPO_KEY):
+        return {}
+    return {(meta.get("namespace"), labels.get(c.LABEL_INSTANCE)): labels[c.LABEL_REPO_KEY]}
+
+
+def _gpu_node(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    product = (obj["metadata"].get("labels") or {}).get(c.GPU_PRODUCT_LABEL)
+    return {product: obj["metadata"]["name"]} if product else {}
+
+
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+
+
+def _named(id: str, kind: str, resource: tuple[str, str, str], project: Project,
+           *, managed: bool = False) -> IndexSpec:
+    return IndexSpec(id, kind, resource, _by_name(project), managed=managed)
+
+
+# Objects by (namespace, name), per kind the planner reads.
+BY_NAME: dict[str, IndexSpec] = {
+    spec.kind: spec
+    for spec in (
+        _named("tritonllm_deployments", c.KIND, (c.GROUP, c.VERSION, c.PLURAL),
+               project_deployment),
+        _named("tritonllm_engines", c.ENGINE_KIND, (c.GROUP, c.VERSION, c.ENGINE_PLURAL),
+               project_engine),
+        _named("tritonllm_jobs", "Job", ("batch", "v1", "jobs"), project_job, managed=True),
+        _named("tritonllm_workloads", DEPLOYMENT, ("apps", "v1", "deployments"),
+               project_workload, managed=True),
+        _named("tritonllm_groups", LEADER_WORKER_SET, LWS, project_workload, managed=True),
+        _named("tritonllm_configmaps", "ConfigMap", ("", "v1", "configmaps"), project_child,
+               managed=True),
+        _named("tritonllm_services", "Service", ("", "v1", "services"), project_child,
+               managed=True),
+        _named("tritonllm_autoscalers", "HorizontalPodAutoscaler",
+               ("autoscaling", "v2", "horizontalpodautoscalers"), project_child, managed=True),
+        _named("tritonllm_budgets", "PodDisruptionBudget",
+               ("policy", "v1", "poddisruptionbudgets"), project_child, managed=True),
+        _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
+               project_child),
+        _named("tritonllm_secrets", "Secret", ("", "v1", "secrets"), project_secret),
+    )
+}
+USERS_OF_ENGINE = IndexSpec("tritonllm_users_of_engine", c.KIND, (c.GROUP, c.VERSION, c.PLURAL),
+                            _users_of_engine)
+REVISIONS = IndexSpec("tritonllm_revisions", "ConfigMap", ("", "v1", "configmaps"),
+                      _repository_revision, managed=True)
+FAILED_PODS = IndexSpec("tritonllm_failed_pods", "Pod", ("", "v1", "pods"),
+                        _by_label("job-name", failed_pod), managed=True)
+UNSCHEDULABLE = IndexSpec("tritonllm_unschedulable", "Pod", ("", "v1", "pods"),
+                          _by_label(c.LABEL_INSTANCE, unschedulable_pod), managed=True)
+GPU_NODES = IndexSpec("tritonllm_gpu_nodes", "Node", ("", "v1", "nodes"), _gpu_node)
+
+
+def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
+    """Every index the reconciler reads (nodes only when NoMatchingNodes is checked)."""
+    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS, FAILED_PODS, UNSCHEDULABLE]
+    return [*specs, GPU_NODES] if gpu_nodes else specs
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def _version(obj: Mapping[str, Any] | None) -> int:
+    rv = str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+    return int(rv) if rv.isdigit() else -1
+
+
+class Cache:
+    """The reconciler's view of the cluster: kopf's indexes plus the overlay of our writes."""
+
+    def __init__(self, indices: Mapping[str, Index]) -> None:
+        self._indices = indices
+        self._overlay: dict[tuple[str, str | None, str], tuple[float, Obj]] = {}
+
+    def _values(self, spec: IndexSpec, key: Any) -> list[Any]:
+        index = self._indices.get(spec.id)
+        if index is None or key not in index:
+            return []
+        return list(index[key])
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """The object (its projection), or None when it does not exist."""
+        found = self._values(BY_NAME[kind], (namespace, name))
+        indexed: Obj | None = found[0] if found else None
+        ref = (kind, namespace, name)
+        written = self._overlay.get(ref)
+        if written is None:
+            return indexed
+        at, obj = written
+        if _version(indexed) >= _version(obj) or time.monotonic() - at > OVERLAY_SECONDS:
+            del self._overlay[ref]
+            return indexed
+        return obj
+
+    def remember(self, obj: Mapping[str, Any]) -> None:
+        """An object our write returned: reads see it until the watch delivers it."""
+        spec = BY_NAME.get(obj.get("kind", ""))
+        if spec is None:
+            return
+        meta = obj["metadata"]
+        ref = (obj["kind"], meta.get("namespace"), meta["name"])
+        values = list(spec.keyed(obj).values())
+        if values:
+            self._overlay[ref] = (time.monotonic(), values[0])
+
+    def secret_keys(self, namespace: str, name: str) -> list[str] | None:
+        secret = self.get("Secret", namespace, name)
+        return None if secret is None else list(secret["keys"])
+
+    def deployments_using(self, namespace: str, engine_key: str) -> list[str]:
+        """Names of the deployments whose status says they use engine `engine_key`."""
+        return sorted(self._values(USERS_OF_ENGINE, (namespace, engine_key)))
+
+    def repository_revisions(self, namespace: str, name: str) -> list[str]:
+        return sorted(set(self._values(REVISIONS, (namespace, name))))
+
+    def failed_pods(self, namespace: str, job: str) -> list[Obj]:
+        return self._values(FAILED_PODS, (namespace, job))
+
+    def unschedulable_pods(self, namespace: str, name: str) -> list[Obj]:
+        return self._values(UNSCHEDULABLE, (namespace, name))
+
+    def gpu_nodes(self, product: str) -> int:
+        return len(self._values(GPU_NODES, product))

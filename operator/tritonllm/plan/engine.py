@@ -1,0 +1,192 @@
+"""The engine step: reuse a Ready TritonLLMEngine (a cache hit) or run its build Job.
+
+The TritonLLMEngine record of an engine key is created on first use and carries the build's
+state machine in its status:
+
+    Pending ──► Building ──► Ready                       (the build Job succeeded)
+                   │
+                   └──► Failed ──► (backoff) ──► Building   (attempts < MAX_BUILD_ATTEMPTS)
+                          └──► stays Failed until the spec (the key) changes or the record goes
+
+A failed Job is counted once (by its UID) and kept for inspection until the backoff has run out;
+then it is deleted so that the next reconcile creates a fresh one. While a backoff runs, the plan
+asks to be requeued when it ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tritonllm.api import constants as c
+from tritonllm.api import reasons as r
+from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.engine import EngineFailure, TritonLLMEngineStatus
+from tritonllm.render import Rendered
+from tritonllm.render.engine import engine_record
+
+from .conditions import Cond
+from .observed import JobObs, Obj, Observed
+from .writes import Plan, parse_time, rfc3339, want
+
+MAX_BUILD_ATTEMPTS = 3
+BACKOFF_BASE_SECONDS = 30
+BACKOFF_MAX_SECONDS = 600
+# The shortest wait the engine step asks for (a backoff about to end, a deleted Job to recreate).
+MIN_REQUEUE_SECONDS = 5.0
+
+
+def backoff_seconds(attempts: int) -> int:
+    return int(min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** max(0, attempts - 1)))
+
+
+def record_status(record: Obj | None) -> TritonLLMEngineStatus:
+    """The status of a TritonLLMEngine record (a fresh Pending one when there is none yet)."""
+    return TritonLLMEngineStatus.model_validate((record or {}).get("status") or {})
+
+
+def is_cache_hit(status: TritonLLMEngineStatus, uid: str) -> bool:
+    """Ready, and built by another deployment's reconcile: this deployment reuses it."""
+    return status.state == "Ready" and status.builtFor not in (None, uid)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineStep:
+    """Where the engine stands after this step."""
+
+    status: TritonLLMEngineStatus
+    condition: Cond  # EngineReady
+
+    @property
+    def ready(self) -> bool:
+        return self.status.state == "Ready"
+
+    @property
+    def failed(self) -> bool:
+        return self.status.state == "Failed"
+
+    @property
+    def retrying(self) -> bool:
+        return self.failed and self.status.attempts < MAX_BUILD_ATTEMPTS
+
+
+def engine_step(
+    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, *, uid: str, blocked: bool
+) -> EngineStep:
+    """Engine record and build Job decisions."""
+    if obs.engine is None and not blocked:
+        p.apply.append(engine_record(dep, rendered.engine_key))
+    old = record_status(obs.engine)
+    status = old
+    if old.state != "Ready" and not blocked:
+        status = _advance(p, dep, rendered, obs, old, uid)
+    # The record's status is written once the record exists or is created in this pass.
+    record_exists = obs.engine is not None or not blocked
+    if record_exists and (status != old or obs.engine is None):
+        p.engine_status = status.to_wire()
+    return EngineStep(status, _condition(dep, rendered, status, uid=uid, blocked=blocked))
+
+
+def _what(dep: TritonLLMDeployment) -> str:
+    return "download" if dep.spec.runtime == "llmapi" else "build"
+
+
+def _advance(
+    p: Plan,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    status: TritonLLMEngineStatus,
+    uid: str,
+) -> TritonLLMEngineStatus:
+    """One transition of the build state machine, from what the build Job says."""
+    job = JobObs.of(obs.build_job, obs.build_pods)
+    what, name = _what(dep), rendered.build_job.name
+    if job.phase == "Succeeded":
+        p.build_result = "succeeded"
+        return status.model_copy(
+            update={
+                "state": "Ready",
+                "builtAt": rfc3339(obs.now),
+                "message": f"{what} finished",
+                "builtFor": status.builtFor or uid,
+                "buildJob": None,
+            }
+        )
+    if job.phase == "Failed":
+        return _failed(p, status, job, name, what, obs)
+    if job.phase == "Missing":
+        want(p, obs, rendered.build_configmap)
+        want(p, obs, rendered.build_job)
+    return status.model_copy(
+        update={
+            "state": "Building",
+            "buildJob": name,
+            "message": f"Job {name} is running the {what}",
+            "builtFor": uid if status.builtFor is None else status.builtFor,
+        }
+    )
+
+
+def _failed(
+    p: Plan, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
+) -> TritonLLMEngineStatus:
+    """A failed build Job: count it once, then back off, retry or give up."""
+    last = status.lastFailure
+    if last is None or last.job != job.uid:
+        failure = EngineFailure(
+            reason=job.reason or "BackoffLimitExceeded",
+            message=job.message,
+            time=rfc3339(obs.now),
+            job=job.uid,
+        )
+        status = status.model_copy(update={"attempts": status.attempts + 1, "lastFailure": failure})
+        p.build_result = "failed"
+    attempts = status.attempts
+    if attempts >= MAX_BUILD_ATTEMPTS:
+        message = (
+            f"{what} failed {attempts} times; change the spec (a new "
+            "engine key) or delete the TritonLLMEngine to try again"
+        )
+    else:
+        assert status.lastFailure is not None
+        failed_at = parse_time(status.lastFailure.time) or obs.now
+        wait = backoff_seconds(attempts) - (obs.now - failed_at).total_seconds()
+        if wait <= 0:
+            # Retry: remove the failed Job; the next reconcile (soon) creates a fresh one.
+            p.delete.append(("batch/v1", "Job", name))
+            p.requeue(MIN_REQUEUE_SECONDS)
+            message = f"retrying the {what} (attempt {attempts + 1})"
+        else:
+            message = (
+                f"{what} failed (attempt {attempts} of {MAX_BUILD_ATTEMPTS}); "
+                f"retrying in {int(wait)}s"
+            )
+            p.requeue(max(MIN_REQUEUE_SECONDS, wait))
+    return status.model_copy(update={"state": "Failed", "message": message})
+
+
+def _condition(
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    status: TritonLLMEngineStatus,
+    *,
+    uid: str,
+    blocked: bool,
+) -> Cond:
+    """EngineReady from the engine's state."""
+    key = rendered.engine_key
+    if status.state == "Ready":
+        cached = is_cache_hit(status, uid)
+        message = f"engine {key} at {rendered.engine_dir}"
+        message += " (reused from the cache)" if cached else ""
+        return Cond(
+            c.COND_ENGINE_READY, "True", r.ENGINE_CACHED if cached else r.ENGINE_BUILT, message
+        )
+    if status.state == "Failed":
+        last = status.lastFailure or EngineFailure(reason="", time="")
+        message = f"Job {rendered.build_job.name} failed ({last.reason}): {last.message}"
+        return Cond(c.COND_ENGINE_READY, "False", r.BUILD_FAILED, message.strip())
+    if blocked:
+        return Cond(c.COND_ENGINE_READY, "Unknown", r.BLOCKED, "waiting for prerequisites")
+    reason = r.BUILDING if _what(dep) == "build" else r.DOWNLOADING
+    return Cond(c.COND_ENGINE_READY, "False", reason, status.message or "")

@@ -1,0 +1,140 @@
+"""What the planner is given: the observed state of one deployment, and how to read it.
+
+The handlers fill `Observed` from the API server (through the watch caches); everything here reads
+those objects without side effects: a Job's phase and failure tail, a workload's replica counts
+and the engine and repository its pods run, the scheduler's complaint about a serving pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tritonllm.api import constants as c
+
+Obj = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """Everything the planner needs, read from the API server by the handlers."""
+
+    now: dt.datetime
+    store: Obj | None = None  # the PVC
+    secret_present: bool | None = None  # None: no credentials requested
+    gpu_nodes: int | None = None  # None: no product requested
+    engine: Obj | None = None  # TritonLLMEngine record
+    build_job: Obj | None = None
+    build_pods: Sequence[Obj] = ()
+    repo_job: Obj | None = None
+    repo_pods: Sequence[Obj] = ()
+    workload: Obj | None = None  # Deployment or LeaderWorkerSet
+    # Live children by (kind, name), for the hash comparison.
+    live: Mapping[tuple[str, str], Obj] = dataclasses.field(default_factory=dict)
+    # Repository revisions (repo keys) that exist as ConfigMaps/Jobs of this deployment.
+    repo_revisions: Sequence[str] = ()
+    # Multi node only: whether the per-deployment MPI SSH key Secret exists (None: not needed).
+    mpi_secret_present: bool | None = None
+    # Why a serving pod cannot be scheduled (the scheduler's message), if one cannot.
+    unschedulable: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class JobObs:
+    """What a Job tells us."""
+
+    phase: str  # Missing | Active | Succeeded | Failed
+    reason: str = ""
+    message: str = ""
+    uid: str = ""
+
+    @staticmethod
+    def of(job: Obj | None, pods: Sequence[Obj] = ()) -> JobObs:
+        if job is None:
+            return JobObs("Missing")
+        st = job.get("status") or {}
+        uid = job["metadata"].get("uid", "")
+        for cond in st.get("conditions") or []:
+            if cond.get("status") != "True":
+                continue
+            if cond["type"] == "Complete":
+                return JobObs("Succeeded", uid=uid)
+            if cond["type"] == "Failed":
+                reason, message = cond.get("reason", "Failed"), cond.get("message", "")
+                tail = termination_message(pods)
+                return JobObs("Failed", reason, tail or message, uid)
+        if st.get("succeeded"):
+            return JobObs("Succeeded", uid=uid)
+        return JobObs("Active", uid=uid)
+
+
+def job_failed(job: Obj | None) -> bool:
+    """Whether a Job has failed (only then are its pods worth reading)."""
+    conditions = ((job or {}).get("status") or {}).get("conditions") or []
+    return any(x.get("type") == "Failed" and x.get("status") == "True" for x in conditions)
+
+
+def termination_message(pods: Sequence[Obj]) -> str:
+    """The last failed container's termination message (the log tail, with
+    terminationMessagePolicy FallbackToLogsOnError)."""
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term and term.get("exitCode", 0) != 0:
+                msg = (term.get("message") or "").strip()
+                code = term.get("exitCode")
+                head = f"container {cs.get('name')} exited with code {code}"
+                reason = term.get("reason")
+                head += f" ({reason})" if reason else ""
+                return f"{head}: {msg[-2000:]}" if msg else head
+    return ""
+
+
+def unschedulable_message(pods: Sequence[Obj]) -> str | None:
+    """The scheduler's message for the first serving pod it cannot place (GPUs, affinity)."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return f"{pod['metadata']['name']}: {cond.get('message', '')}".strip()
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadObs:
+    """A Deployment's or LeaderWorkerSet's replica counts, and what its pod template runs."""
+
+    exists: bool
+    desired: int = 0
+    ready: int = 0
+    updated: int = 0
+    done: bool = False  # rolled out: observed, every replica updated and ready
+    engine_key: str | None = None
+    repo_key: str | None = None
+
+    @staticmethod
+    def of(workload: Obj | None) -> WorkloadObs:
+        if workload is None:
+            return WorkloadObs(exists=False)
+        spec, st = workload.get("spec") or {}, workload.get("status") or {}
+        desired = int(spec.get("replicas", 1))
+        ready = int(st.get("readyReplicas", 0))
+        updated = int(st.get("updatedReplicas", 0))
+        observed = st.get("observedGeneration", 0) >= workload["metadata"].get("generation", 0)
+        tmpl = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get(
+            "leaderTemplate"
+        )
+        labels = ((tmpl or {}).get("metadata") or {}).get("labels") or {}
+        return WorkloadObs(
+            exists=True,
+            desired=desired,
+            ready=ready,
+            updated=updated,
+            done=observed and updated >= desired and ready >= desired,
+            engine_key=labels.get(c.LABEL_ENGINE_KEY),
+            repo_key=labels.get(c.LABEL_REPO_KEY),
+        )

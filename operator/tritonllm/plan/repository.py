@@ -1,0 +1,58 @@
+"""The model repository step: its ConfigMap and Job for the target engine and serving settings.
+
+Both are named by the repository key (a content hash of the rendered files and the launch plan),
+so a serving change is a new revision next to the current one; the Job runs only once the engine
+is ready and nothing is blocked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tritonllm.api import constants as c
+from tritonllm.api import reasons as r
+from tritonllm.render import Rendered
+
+from .conditions import Cond
+from .observed import JobObs, Observed
+from .writes import Plan, want
+
+
+@dataclasses.dataclass(frozen=True)
+class RepositoryStep:
+    job: JobObs
+    condition: Cond  # RepositoryReady
+
+    @property
+    def ready(self) -> bool:
+        return self.job.phase == "Succeeded"
+
+    @property
+    def failed(self) -> bool:
+        return self.job.phase == "Failed"
+
+
+def repository_step(
+    p: Plan, rendered: Rendered, obs: Observed, *, engine_ready: bool, blocked: bool
+) -> RepositoryStep:
+    """Write the repository once the engine is ready; RepositoryReady from its Job."""
+    job = JobObs.of(obs.repo_job, obs.repo_pods)
+    if engine_ready and not blocked:
+        want(p, obs, rendered.repository_configmap)
+        if job.phase == "Missing":
+            p.apply.append(rendered.repository_job.stamped())
+    return RepositoryStep(job, _condition(rendered, job, engine_ready=engine_ready))
+
+
+def _condition(rendered: Rendered, job: JobObs, *, engine_ready: bool) -> Cond:
+    if job.phase == "Succeeded":
+        where = f"model repository at {rendered.repository_dir}"
+        return Cond(c.COND_REPOSITORY_READY, "True", r.REPOSITORY_WRITTEN, where)
+    if job.phase == "Failed":
+        message = f"{job.reason}: {job.message}".strip(": ")
+        return Cond(c.COND_REPOSITORY_READY, "False", r.REPOSITORY_FAILED, message)
+    if not engine_ready:
+        message = "the repository is written once the engine is ready"
+        return Cond(c.COND_REPOSITORY_READY, "False", r.WAITING_FOR_ENGINE, message)
+    message = f"Job {rendered.repository_job.name} is writing the model repository"
+    return Cond(c.COND_REPOSITORY_READY, "False", r.WRITING, message)

@@ -1,0 +1,55 @@
+"""The serving step: the Service, and the workload switched to the new repository only once it is
+ready, so the old engine keeps serving during a rebuild (rolling update with maxUnavailable 0).
+
+Until then, a replicas-only change scales what is running (never when an autoscaler owns the
+count). The multi-node MPI SSH Secret is created together with the first LeaderWorkerSet.
+"""
+
+from __future__ import annotations
+
+from tritonllm.api import constants as c
+from tritonllm.api import reasons as r
+from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.render import Rendered
+
+from .conditions import Cond
+from .observed import Observed, WorkloadObs
+from .writes import Plan, want
+
+
+def serving_step(
+    p: Plan,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    *,
+    repository_ready: bool,
+    blocked: bool,
+) -> WorkloadObs:
+    """Service, workload, HPA and PDB writes (or a scale); returns the live workload's counts."""
+    if not blocked:
+        want(p, obs, rendered.service)
+    if repository_ready and not blocked:
+        p.create_mpi_secret = obs.mpi_secret_present is False
+        want(p, obs, rendered.workload)
+        for extra in (rendered.autoscaler, rendered.disruption_budget):
+            if extra is not None:
+                want(p, obs, extra)
+    elif obs.workload is not None and dep.spec.autoscaling is None:
+        desired = int((obs.workload.get("spec") or {}).get("replicas", 1))
+        if desired != dep.spec.serving.replicas:
+            wl = rendered.workload
+            p.scale = (wl.api_version, wl.kind, dep.spec.serving.replicas)
+    return WorkloadObs.of(obs.workload)
+
+
+def available(workload: WorkloadObs, endpoint: str) -> Cond:
+    """Available: at least one replica passes its readiness probe."""
+    if workload.ready > 0:
+        message = f"{workload.ready} of {workload.desired} replicas ready at {endpoint}"
+        return Cond(c.COND_AVAILABLE, "True", r.SERVING, message)
+    if not workload.exists:
+        message = "the serving workload is created once the repository is ready"
+        return Cond(c.COND_AVAILABLE, "False", r.NOT_DEPLOYED, message)
+    message = "no serving replica has passed its readiness probe yet"
+    return Cond(c.COND_AVAILABLE, "False", r.NO_READY_REPLICAS, message)

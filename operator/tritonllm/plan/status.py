@@ -1,0 +1,180 @@
+"""The status step: the conditions that sum up the other steps, the status object, and the Events.
+
+EngineReady, RepositoryReady and Available come from their steps; Degraded and Progressing are
+derived here: a missing prerequisite blocks everything, a failed Job degrades (with the build
+retried while attempts remain), and otherwise Progressing names the step under way, until every
+replica runs the current engine and settings (Deployed).
+
+The status is built as the TritonLLMDeploymentStatus model and serialised once; it is written only
+when it differs from the live one, and an Event is posted for each condition that flips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api import reasons as r
+from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.status import Condition, EngineStatus, TritonLLMDeploymentStatus
+from tritonllm.render import Rendered, naming
+
+from .conditions import Cond, merge_conditions
+from .engine import EngineStep, is_cache_hit
+from .observed import Obj, Observed, WorkloadObs
+from .repository import RepositoryStep
+from .writes import Plan, rfc3339
+
+# While a build or a rollout is under way, look again this often even without a watch event.
+PROGRESS_REQUEUE_SECONDS = 30
+# While a prerequisite is missing (nothing emits an event when it appears), look again this often.
+BLOCKED_REQUEUE_SECONDS = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    degraded: Cond
+    progressing: Cond
+    reason: str  # status.reason, the `kubectl get tllm` column
+
+
+def summarise(
+    engine: EngineStep,
+    repo: RepositoryStep,
+    workload: WorkloadObs,
+    obs: Observed,
+    *,
+    target_repo: str,
+) -> Summary:
+    """Degraded and Progressing from the engine, repository and serving steps."""
+    if engine.failed or repo.failed:
+        cond = engine.condition if engine.failed else repo.condition
+        degraded = Cond(c.COND_DEGRADED, "True", cond.reason, cond.message)
+        if engine.retrying:
+            progressing = Cond(c.COND_PROGRESSING, "True", r.RETRYING_BUILD, cond.message)
+        else:
+            progressing = Cond(c.COND_PROGRESSING, "False", cond.reason, cond.message)
+        return Summary(degraded, progressing, cond.reason)
+    fine = Cond(c.COND_DEGRADED, "False", r.AS_EXPECTED, "")
+    if not engine.ready:
+        cond = engine.condition
+        progressing = Cond(c.COND_PROGRESSING, "True", cond.reason, cond.message)
+        return Summary(fine, progressing, cond.reason)
+    if not repo.ready:
+        message = "writing the model repository"
+        progressing = Cond(c.COND_PROGRESSING, "True", r.WRITING_REPOSITORY, message)
+        return Summary(fine, progressing, r.WRITING_REPOSITORY)
+    if not (workload.repo_key == target_repo and workload.done):
+        what = "rolling out" if workload.exists else "starting"
+        reason = r.ROLLING_OUT
+        message = f"{what}: {workload.updated}/{workload.desired} replicas updated, "
+        message += f"{workload.ready} ready"
+        if obs.unschedulable:
+            reason = r.UNSCHEDULABLE
+            message += f"; a serving pod cannot be scheduled: {obs.unschedulable}"
+        return Summary(fine, Cond(c.COND_PROGRESSING, "True", reason, message), reason)
+    message = "every replica runs the current engine and settings"
+    done = Cond(c.COND_PROGRESSING, "False", r.DEPLOYED, message)
+    return Summary(fine, done, r.READY if workload.ready else r.SCALED_TO_ZERO)
+
+
+def blocked_summary(blocked: Cond) -> Summary:
+    """A missing prerequisite: Degraded says which, nothing progresses."""
+    progressing = Cond(c.COND_PROGRESSING, "False", blocked.reason, blocked.message)
+    return Summary(blocked, progressing, blocked.reason)
+
+
+def requeue_for(p: Plan, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs) -> None:
+    """Safety net while work is under way (the watch events usually come first)."""
+    if engine.status.state in ("Building", "Pending") or (repo.ready and not workload.done):
+        p.requeue(PROGRESS_REQUEUE_SECONDS)
+
+
+def status_fields(
+    body: Obj,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    engine: EngineStep,
+    workload: WorkloadObs,
+    reason: str,
+) -> dict[str, Any]:
+    """The status fields a valid deployment's reconcile decides (conditions aside)."""
+    par = dep.spec.engine.parallelism
+    uid = body["metadata"].get("uid", "")
+    current = EngineStatus(
+        key=rendered.engine_key,
+        path=rendered.engine_dir,
+        trtllmVersion=str(dep.trtllm_version),
+        tensorParallel=par.tensor,
+        pipelineParallel=par.pipeline,
+        cached=engine.ready and is_cache_hit(engine.status, uid),
+        buildJob=None if engine.ready else engine.status.buildJob,
+    )
+    fields: dict[str, Any] = {
+        "engine": current,
+        "replicas": workload.desired,
+        "readyReplicas": workload.ready,
+        "selector": rendered.selector,
+        "endpoint": rendered.endpoint,
+        "ready": f"{workload.ready}/{workload.desired}",
+        "reason": reason,
+        "parallelism": f"{par.tensor}x{par.pipeline}",
+    }
+    served = workload.engine_key
+    if served and served != rendered.engine_key:
+        fields["previousEngine"] = EngineStatus(key=served, path=naming.engine_dir(served))
+    return fields
+
+
+def finish(
+    body: Obj,
+    p: Plan,
+    conds: list[Cond],
+    obs: Observed,
+    *,
+    fields: dict[str, Any],
+    keep_others: bool = False,
+) -> Plan:
+    """Merge conditions, build the status, and keep it only if something changed."""
+    old = body.get("status") or {}
+    generation = int(body["metadata"].get("generation") or 0)
+    old_conds = list(old.get("conditions") or [])
+    if keep_others:  # carry the conditions this plan does not decide
+        decided = {x.type for x in conds}
+        conds = conds + [
+            Cond(x["type"], x["status"], x["reason"], x.get("message", ""))
+            for x in old_conds
+            if x["type"] not in decided
+        ]
+    merged, flips = merge_conditions(old_conds, conds, generation=generation, now=rfc3339(obs.now))
+    order = {t: i for i, t in enumerate(c.CONDITION_TYPES)}
+    merged.sort(key=lambda x: order.get(x["type"], 99))
+    status = TritonLLMDeploymentStatus.model_validate(old).model_copy(
+        update={
+            **fields,
+            "conditions": [Condition.model_validate(x) for x in merged],
+            "observedGeneration": generation,
+        }
+    )
+    wire = status.to_wire()
+    if wire != old:
+        p.status = wire
+    p.events += events_for(flips)
+    return p
+
+
+def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Event for each flip; the first "not yet" is not news."""
+    events = []
+    for cond, prev in flips:
+        if prev is None and cond.status != "True":
+            continue
+        bad = (cond.type == c.COND_DEGRADED and cond.status == "True") or (
+            cond.type in (c.COND_AVAILABLE, c.COND_ENGINE_READY, c.COND_REPOSITORY_READY)
+            and cond.status == "False"
+            and cond.reason != r.WAITING_FOR_ENGINE
+        )
+        message = cond.message or f"{cond.type} is {cond.status}"
+        events.append(("Warning" if bad else "Normal", cond.reason, message))
+    return events

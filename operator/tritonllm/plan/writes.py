@@ -1,0 +1,52 @@
+"""Plan: what one reconcile decided to write. The steps of the planner fill it in order."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from tritonllm.render.manifest import Manifest, live_hash
+
+from .observed import Observed
+
+
+@dataclasses.dataclass
+class Plan:
+    """What to do now."""
+
+    apply: list[Manifest] = dataclasses.field(default_factory=list)
+    delete: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    scale: tuple[str, str, int] | None = None  # (apiVersion, kind, replicas) of the workload
+    engine_status: dict[str, Any] | None = None  # new TritonLLMEngine status, if changed
+    status: dict[str, Any] | None = None  # new deployment status (wire form), if changed
+    events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    # Reconcile again after this many seconds: a step is waiting for something that produces no
+    # watch event (a backoff running out) or that should be looked at sooner than the resync.
+    requeue_after: float | None = None
+    build_result: str | None = None  # "succeeded" | "failed" when a build just finished
+    # Create the MPI SSH key Secret (random keys: created once, never re-applied).
+    create_mpi_secret: bool = False
+    # New metadata.finalizers list, when ours must be added or removed.
+    finalizers: list[str] | None = None
+
+    def requeue(self, seconds: float) -> None:
+        """Ask to be reconciled again within `seconds` (the earliest request wins)."""
+        if self.requeue_after is None or seconds < self.requeue_after:
+            self.requeue_after = seconds
+
+
+def want(p: Plan, obs: Observed, obj: Manifest) -> None:
+    """Apply `obj` unless the live copy already carries its hash."""
+    if live_hash(obs.live.get(obj.ref)) != obj.spec_hash:
+        p.apply.append(obj.stamped())
+
+
+def rfc3339(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: str | None) -> dt.datetime | None:
+    if not s:
+        return None
+    return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)

@@ -1,0 +1,123 @@
+"""The plans the in-pod entry points execute, and the repository key that addresses them.
+
+- build.json (build ConfigMap): download, convert or quantize, trtllm-build
+  (tritonllm.triton.build); for llmapi only the download.
+- repository.json and launch.json (plan ConfigMap, next to the repository files): the repository
+  step with the engine it must match, and the serving command with the topology it runs.
+
+The plan ConfigMap is named by the repository key, a hash of its whole content; since that content
+names the repository directory, which is named by the key, the plans are rendered once with a
+placeholder for the directory, hashed, and then the placeholder is filled in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.triton.build import build_plan, download_plan, download_step
+from tritonllm.triton.launch import launch_spec, mpirun_argv
+
+from . import naming
+
+BUILD_PLAN_KEY = "build.json"
+REPOSITORY_PLAN_KEY = "repository.json"
+LAUNCH_PLAN_KEY = "launch.json"
+# Stands for the repository directory until the key that names it is known.
+REPOSITORY_SLOT = "<repo>"
+
+
+def engine_plan(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
+    """build.json: what the build (or, for llmapi, download) Job runs."""
+    spec = dep.spec
+    weights = naming.weights_dir(dep)
+    if spec.runtime == "llmapi":
+        plan = download_plan(spec, model_key=key, weights_dir=weights)
+    else:
+        plan = build_plan(
+            spec,
+            dep.trtllm_version,
+            engine_key=key,
+            weights_dir=weights,
+            checkpoint_dir=naming.checkpoint_dir(key),
+            engine_dir=naming.engine_dir(key),
+        )
+    tokenizer = spec.model.tokenizer.source
+    if tokenizer:
+        tok = naming.tokenizer_dir(dep)
+        step = download_step(
+            spec, weights_dir=tok, source=tokenizer, revision="main", name="download-tokenizer"
+        )
+        plan["steps"].insert(1, step)
+    return plan
+
+
+def launch_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, Any]:
+    """launch.json: what `tritonllm launch` checks (the topology) and the exact command."""
+    spec = dep.spec
+    topology = spec.topology
+    launch = launch_spec(topology, runtime=spec.runtime, model_repository=repo_dir)
+    ssh = launch.ssh
+    return {
+        "version": 1,
+        "runtime": spec.runtime,
+        "engineKey": key,
+        "engineDir": naming.engine_dir(key),
+        "modelRepository": repo_dir,
+        "trtllmVersion": str(dep.trtllm_version),
+        **topology.to_wire(),
+        "ports": {
+            "http": launch.http_port,
+            "grpc": launch.grpc_port,
+            "metrics": launch.metrics_port,
+        },
+        # The whole command, multi-node hosts (a hostfile) and SSH agent included.
+        "argv": mpirun_argv(launch),
+        "ssh": None
+        if ssh is None
+        else {"port": ssh.port, "keyDir": c.MPI_SSH_MOUNT, "workDir": ssh.workdir},
+    }
+
+
+def repository_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, Any]:
+    """repository.json: copy the rendered repository onto the store, after checking the engine."""
+    spec = dep.spec
+    step = {
+        "name": "repository",
+        "from": f"{c.PLAN_MOUNT}/repo",
+        "to": repo_dir,
+        "engineDir": naming.engine_dir(key) if spec.runtime == "engine" else None,
+        "weightsDir": naming.weights_dir(dep),
+        "expect": {**spec.topology.to_wire(), "trtllmVersion": str(dep.trtllm_version)},
+    }
+    return {"version": 1, "engineKey": key, "steps": [step]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Keyed:
+    """The plan ConfigMap's content, addressed by its hash."""
+
+    repository_key: str
+    repository_dir: str
+    files: dict[str, str]  # ConfigMap content: repository files and the two plans (JSON)
+    launch_plan: dict[str, Any]
+
+
+def keyed_plans(dep: TritonLLMDeployment, key: str, repo_files: dict[str, str]) -> Keyed:
+    """Render the plans once, hash everything, then fill in the repository directory."""
+    texts = {
+        LAUNCH_PLAN_KEY: _json(launch_plan(dep, key, REPOSITORY_SLOT)),
+        REPOSITORY_PLAN_KEY: _json(repository_plan(dep, key, REPOSITORY_SLOT)),
+    }
+    repo_key = naming.repository_key({**repo_files, **texts})
+    repo_dir = naming.repository_dir(dep, repo_key)
+    filled = {k: text.replace(REPOSITORY_SLOT, repo_dir) for k, text in texts.items()}
+    launch = json.loads(filled[LAUNCH_PLAN_KEY])
+    return Keyed(repo_key, repo_dir, {**repo_files, **filled}, launch)
+
+
+def _json(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, indent=2, sort_keys=True)

@@ -1,0 +1,183 @@
+"""Plan.requeue_after is honoured: a waiting step is retried at its stated delay, not at resync.
+
+The reconciler runs for real (render, plan, execute) against an in-memory API server, on an event
+loop with a virtual clock that jumps to the next timer whenever nothing else is ready, so a 20 s
+backoff takes no real time and the times below are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tests.cases import cr
+from tests.fake_kube import FakeKube
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
+from tritonllm.handlers.reconciler import ERROR_REQUEUE_SECONDS, Reconciler
+from tritonllm.plan.engine import MIN_REQUEUE_SECONDS, backoff_seconds
+from tritonllm.plan.status import PROGRESS_REQUEUE_SECONDS
+from tritonllm.render import naming, render_all
+
+T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+RESYNC = 3600.0
+FAILED_AGO = 10.0  # the build failed this long before the test starts
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """asyncio with a virtual clock: when nothing is ready, time jumps to the next timer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._virtual = 0.0
+
+    def time(self) -> float:
+        return self._virtual
+
+    def _run_once(self) -> None:
+        scheduled = self._scheduled  # type: ignore[attr-defined]
+        if not self._ready and scheduled:  # type: ignore[attr-defined]
+            self._virtual = max(self._virtual, scheduled[0]._when)
+        super()._run_once()  # type: ignore[misc]
+
+
+def run_virtual(main: Callable[[], Awaitable[None]]) -> None:
+    loop = VirtualClockLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+class Never:
+    """A daemon stopper that is never set (the replica keeps acting for the object)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def __bool__(self) -> bool:
+        return self.stopped
+
+
+def failed_build_world() -> tuple[FakeKube, str]:
+    """A deployment whose build Job failed FAILED_AGO seconds before the test's time 0."""
+    body = cr(metadata={"name": "demo", "namespace": "default", "generation": 1})
+    dep = parse_deployment(body)
+    r = render_all(dep)
+    job = r.build_job.name
+    kube = FakeKube(
+        [
+            body,
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": dep.spec.storage.claimName, "namespace": "default"}},
+            {**r.build_job.body, "status": {"conditions": [
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}},
+        ]
+    )
+    kube.objects[("Job", "default", job)]["metadata"]["uid"] = "j1"
+    failed_at = (T0 - dt.timedelta(seconds=FAILED_AGO)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    engine = {
+        "apiVersion": c.API_VERSION, "kind": c.ENGINE_KIND,
+        "metadata": {"name": naming.engine_key(dep), "namespace": "default"},
+        "status": {"state": "Failed", "attempts": 1, "lastFailure": {
+            "reason": "BackoffLimitExceeded", "time": failed_at, "job": "j1"}},
+    }
+    kube.put(engine)
+    return kube, job
+
+
+def reconciler(kube: FakeKube) -> Reconciler:
+    settings = OperatorSettings(resync_seconds=RESYNC, check_gpu_nodes=False)
+    loop_time = lambda: asyncio.get_running_loop().time()  # noqa: E731
+    clock = lambda: T0 + dt.timedelta(seconds=loop_time())  # noqa: E731
+    return Reconciler(kube, settings, kube.cache(), clock=clock)
+
+
+def test_a_build_backoff_is_retried_when_it_runs_out_not_at_resync() -> None:
+    kube, job = failed_build_world()
+    wait = backoff_seconds(1) - FAILED_AGO  # 20 s: what the planner states
+    recreate = wait + MIN_REQUEUE_SECONDS  # the pass after the deletion creates a fresh Job
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        r = reconciler(kube)
+        stopped = Never()
+        daemon = asyncio.create_task(r.keep_scheduled("default", "demo", stopped))
+        r.request("default", "demo")  # the watch event of the object
+        await r.wait_idle()
+        seen["first_due"] = r.next_reconcile_in("default", "demo")
+        assert kube.writes("delete") == []  # still backing off: the failed Job is kept
+        await asyncio.sleep(recreate + 1)
+        await r.wait_idle()
+        seen["next_due"] = r.next_reconcile_in("default", "demo")
+        stopped.stopped = True
+        r._wakeups[("default", "demo")].set()
+        await daemon
+
+    run_virtual(main)
+    assert seen["first_due"] == pytest.approx(wait)
+    (deleted,) = kube.writes("delete", "Job")
+    assert deleted.name == job and deleted.time == pytest.approx(wait)  # at the stated delay
+    (created,) = kube.writes("apply", "Job")
+    assert created.name == job and created.time == pytest.approx(recreate)
+    # While the new build runs, the plan asks to look again every PROGRESS_REQUEUE_SECONDS.
+    assert seen["next_due"] == pytest.approx(PROGRESS_REQUEUE_SECONDS - 1)
+    assert len(kube.writes("apply", c.KIND + "/status")) >= 2
+
+
+def test_without_a_requeue_the_next_pass_is_one_resync_later() -> None:
+    body = cr({"engine": {"parallelism": {"tensor": 0}}}, metadata={"name": "bad", "generation": 1})
+    kube = FakeKube([body])  # invalid: Degraded, nothing to wait for
+
+    async def main() -> None:
+        r = reconciler(kube)
+        r.request("default", "bad")
+        await r.wait_idle()
+        assert r.next_reconcile_in("default", "bad") == pytest.approx(RESYNC)
+
+    run_virtual(main)
+    status = kube.objects[(c.KIND, "default", "bad")]["status"]
+    assert status["reason"] == "InvalidSpec"
+
+
+def test_a_paused_replica_schedules_nothing() -> None:
+    """kopf stops the daemon while peering pauses this replica: no requeue fires."""
+    kube, _ = failed_build_world()
+
+    async def main() -> None:
+        r = reconciler(kube)
+        r.request("default", "demo")
+        await r.wait_idle()  # asks to be requeued in 20 s, but no daemon keeps the schedule
+        await asyncio.sleep(RESYNC * 2)
+
+    run_virtual(main)
+    assert kube.writes() and all(call.time == 0 for call in kube.calls)  # the first pass only
+    assert kube.writes("delete") == []  # the retry never ran
+
+
+def test_a_failed_pass_is_retried_with_a_growing_delay() -> None:
+    kube, _ = failed_build_world()
+
+    async def fail(*_: Any, **__: Any) -> None:
+        from tritonllm.k8s.client import KubeError
+
+        raise KubeError(500, "InternalError", "etcd is sad")
+
+    kube.apply_status = fail  # type: ignore[method-assign]
+
+    async def main() -> None:
+        r = reconciler(kube)
+        delays = []
+        for _ in range(3):
+            r.request("default", "demo")
+            await r.wait_idle()
+            delays.append(r.next_reconcile_in("default", "demo"))
+        assert delays == [ERROR_REQUEUE_SECONDS, 2 * ERROR_REQUEUE_SECONDS,
+                          4 * ERROR_REQUEUE_SECONDS]
+
+    run_virtual(main)
