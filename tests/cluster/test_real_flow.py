@@ -86,7 +86,7 @@ def _service_ip(cluster: LocalCluster, ns: str, name: str) -> str:
     return str(cluster.kubectl_json("get", "svc", name, "-n", ns)["spec"]["clusterIP"])
 
 
-def _first_answer(cluster: LocalCluster, ns: str, name: str, op: Operator,
+def _first_answer(cluster: LocalCluster, ns: str, name: str, op: Operator | None,
                   timeout: float) -> tuple[dict[str, Any], dict[str, Any]]:
     """Wait for the CR to be Ready, then for the ensemble to answer through the Service from
     the host; return (CR, answer)."""
