@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -57,7 +58,10 @@ from tritonllm.triton.repository import render_repository
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tritonllm"
-VENV = CACHE / "pytriton-venv"
+# The interpreter the venv (so the Python models) is made from: the test runner's, or
+# $TRITONLLM_TRITON_PYTHON, e.g. a Python 3.12, whose allocator does not survive Triton 2.51's stub
+# freeing Python objects without the GIL (as on the GPU machine; docs/gpu.md).
+TRITON_PYTHON = os.environ.get("TRITONLLM_TRITON_PYTHON") or sys.executable
 # nvidia-pytriton pins numpy<2; transformers 4.x and tokenizers work with it.
 REQUIREMENTS = ("nvidia-pytriton==0.7.0", "numpy<2", "transformers>=4.40,<5", "tokenizers>=0.19,<1")
 STANDIN = HERE / "standin" / "tensorrt_llm_cpu_standin.py"
@@ -80,32 +84,37 @@ class TritonInstall:
     env: dict[str, str]
 
 
-def _venv_python() -> Path:
-    return VENV / "bin" / "python"
+def venv_dir(interpreter: str) -> Path:
+    """The cached venv made from `interpreter` (one per interpreter)."""
+    if interpreter == sys.executable:
+        return CACHE / "pytriton-venv"
+    return CACHE / f"pytriton-venv-{hashlib.sha256(interpreter.encode()).hexdigest()[:12]}"
 
 
-def _ensure_venv() -> None:
-    stamp = VENV / "tritonllm-requirements.txt"
+def _ensure_venv(venv: Path, interpreter: str) -> None:
+    stamp = venv / "tritonllm-requirements.txt"
     wanted = "\n".join(REQUIREMENTS)
-    if stamp.exists() and stamp.read_text() == wanted and _venv_python().exists():
+    if stamp.exists() and stamp.read_text() == wanted and (venv / "bin" / "python").exists():
         return
-    shutil.rmtree(VENV, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
     subprocess.run(
-        [str(_venv_python()), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         *REQUIREMENTS],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+         "--disable-pip-version-check", *REQUIREMENTS],
         check=True,
     )
     stamp.write_text(wanted)
 
 
-def ensure_install() -> TritonInstall:
-    """The cached pytriton venv (created on first use) and how to run its tritonserver."""
+def ensure_install(interpreter: str = TRITON_PYTHON) -> TritonInstall:
+    """The cached pytriton venv made from `interpreter` (created on first use) and how to run
+    its tritonserver."""
     CACHE.mkdir(parents=True, exist_ok=True)
+    venv = venv_dir(interpreter)
     with open(CACHE / "pytriton-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test processes
-        _ensure_venv()
-    python = _venv_python()
+        _ensure_venv(venv, interpreter)
+    python = venv / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c",
          "import pytriton, os; print(os.path.dirname(os.path.dirname(pytriton.__file__)))"],
@@ -204,6 +213,19 @@ def _install(python: Path, site: Path) -> TritonInstall:
     }
     return TritonInstall(python, site, server_dir / "bin" / "tritonserver",
                          server_dir / "backends", env)
+
+
+def python312() -> str | None:
+    """A Python 3.12 on this machine ($TRITONLLM_PYTHON312, python3.12 on PATH, or pyenv's)."""
+    candidates = [os.environ.get("TRITONLLM_PYTHON312"), shutil.which("python3.12"),
+                  *sorted(map(str, (Path.home() / ".pyenv" / "versions").glob("3.12.*/bin/python")),
+                          reverse=True)]
+    for candidate in filter(None, candidates):
+        out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip() == "(3, 12)":
+            return candidate
+    return None
 
 
 def make_tokenizer(install: TritonInstall, out: Path) -> Path:

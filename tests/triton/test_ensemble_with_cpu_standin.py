@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import queue
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from .conftest import EXAMPLE, example
-from .stack import Server
+from .stack import Server, ensure_install, python312, run_stack
 
 pytestmark = pytest.mark.triton
 
@@ -152,6 +153,62 @@ def test_grpc_stream_with_cpu_standin(streaming: Server) -> None:
             break
     client.stop_stream()
     assert texts == ["", "hello", "world"]
+
+
+@pytest.fixture(scope="module")
+def streaming_py312(tokenizer_dir: Any, pyz: Any,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`streaming` with the Python models run by a Python 3.12, as on the GPU machine and in NGC
+    images after 24.x: Triton 2.51's stub frees Python objects without the GIL, which 3.12 does
+    not survive and 3.11 lets through (docs/gpu.md)."""
+    interpreter = python312()
+    if interpreter is None:
+        pytest.skip("no Python 3.12 here (TRITONLLM_PYTHON312, python3.12 or pyenv's)")
+    dep = example(EXAMPLE, serving={"streaming": True, "bls": True})
+    with run_stack(ensure_install(interpreter), dep, tmp_path_factory.mktemp("stack-py312"),
+                   tokenizer_dir, pyz) as stack:
+        yield stack.server
+
+
+@pytest.mark.parametrize("python", ["default", "3.12"])
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_grpc_stream_asking_for_text_output_only(request: pytest.FixtureRequest, python: str,
+                                                 model: str) -> None:
+    """A gRPC client streaming and naming only `text_output` (as tritonclient users do).
+
+    Under Python 3.12 this killed the BLS model's stub ("Stub process 'tensorrt_llm_bls_0_0' is
+    not healthy"), as on the GPU machine, until the model sent only the requested outputs and
+    kept its response iterators of `tensorrt_llm` for the GIL's sake."""
+    server: Server = request.getfixturevalue(
+        "streaming" if python == "default" else "streaming_py312")
+    responses: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    inputs = []
+    for name, dtype, value in (("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
+                               ("max_tokens", "INT32", np.array([[5]], np.int32)),
+                               ("stream", "BOOL", np.array([[True]], bool))):
+        tensor = grpcclient.InferInput(name, [1, 1], dtype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    client.async_stream_infer(model, inputs, enable_empty_final_response=True,
+                              outputs=[grpcclient.InferRequestedOutput("text_output")])
+    texts, names = [], set()
+    try:
+        while True:
+            result, error = responses.get(timeout=30)
+            assert error is None, error.message()
+            names |= {out.name for out in result.get_response().outputs}
+            text = result.as_numpy("text_output")
+            if text is not None:
+                texts.append(text.reshape(-1)[0].decode())
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+    finally:
+        client.stop_stream()
+        client.close()
+    assert texts == ["", "hello", "world", "", "hello"]
+    assert names == {"text_output"}
 
 
 def test_metrics_port_serves_prometheus_text(plain: Server) -> None:
