@@ -7,8 +7,8 @@ one local cluster with kwok GPU nodes, in the same run:
 
 1. **Raw limit.** The children the operator would create for N cache-hit deployments (repository
    ConfigMap and Job, Service, Deployment: rendered by tritonllm.render, spec hash included) are
-   server-side applied directly, through the operator's own client class with the same
-   concurrency (its worker-thread pool), one deployment's objects in order, all deployments at
+   server-side applied directly, through the operator's own client with the same concurrency
+   (`api_concurrency` requests in flight), one deployment's objects in order, all deployments at
    once, with no controller logic.
 2. **Operator.** `tritonllm run` on a fresh namespace whose engine is already in the cache
    (a Ready TritonLLMEngine); N TritonLLMDeployments are applied the same way.
@@ -42,6 +42,7 @@ from tests.cluster.operator_harness import Operator, prepare_namespace, run_oper
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
 from tritonllm.k8s.client import Kube
@@ -55,6 +56,7 @@ SPEC = {
     "gpu": {"product": H100},
 }
 WATCHED = ("ConfigMap", "Job", "Service", "Deployment")
+CONCURRENCY = OperatorSettings().api_concurrency  # the operator's client concurrency
 
 
 def small(name: str, namespace: str) -> dict[str, Any]:
@@ -66,9 +68,10 @@ def bench_nodes(n: int) -> list[NodeSpec]:
     """GPU nodes for 2n single-GPU serving pods (raw and operator side by side), CPU nodes for
     the repository Job pods."""
     gpu_nodes = max(1, -(-2 * n // 64))
+    big = {"cpu": "1024", "memory": "64Ti", "pods": "250"}  # room for 64 pods of 8 CPUs
     return [
-        *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, pods="250") for i in range(gpu_nodes)),
-        *(NodeSpec(f"bench-cpu-{i}", pods="250") for i in range(4)),
+        *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, **big) for i in range(gpu_nodes)),
+        *(NodeSpec(f"bench-cpu-{i}", **big) for i in range(4)),
     ]
 
 
@@ -189,17 +192,21 @@ def wait_until(what: str, done: Any, timeout: float, every: float = 1.0) -> None
         time.sleep(every)
 
 
-async def apply_all(kube: Kube, batches: dict[str, list[Manifest]]) -> dict[str, float]:
-    """Apply each deployment's objects in order, every deployment at once (the client's thread
-    pool bounds the concurrency, as in the operator). Returns when each deployment started."""
+async def apply_all(kubeconfig: Path, batches: dict[str, list[Manifest]]) -> dict[str, float]:
+    """Apply each deployment's objects in order, every deployment at once, through the operator's
+    client with the operator's concurrency. Returns when each deployment started."""
     started: dict[str, float] = {}
+    kube = Kube.from_kubeconfig(str(kubeconfig), concurrency=CONCURRENCY)
 
     async def one(name: str, objs: list[Manifest]) -> None:
         started[name] = time.monotonic()
         for obj in objs:
             await kube.apply(obj)
 
-    await asyncio.gather(*(one(n, objs) for n, objs in batches.items()))
+    try:
+        await asyncio.gather(*(one(n, objs) for n, objs in batches.items()))
+    finally:
+        await kube.close()
     return started
 
 
@@ -314,10 +321,9 @@ def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Si
         objs = [r.repository_configmap, r.repository_job, r.service, r.workload]
         batches[name] = [o.stamped() for o in objs]
         children[name] = children_of(name, r.repository_key)
-    kube = Kube(cluster.api_client())
     with watched(cluster, namespace, operator=False) as timeline:
         t0 = time.monotonic()
-        started = asyncio.run(apply_all(kube, batches))
+        started = asyncio.run(apply_all(cluster.kubeconfig, batches))
         return measure(timeline, started, children, t0, timeout)
 
 
@@ -330,13 +336,14 @@ def cached_engine(namespace: str) -> dict[str, Any]:
 def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
                       timeout: float, steady: float) -> dict[str, Any]:
     record = cached_engine(namespace)
-    kube = Kube(cluster.api_client())
 
     async def warm_cache() -> None:  # the engine is already in the cache (built before)
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
         await kube.apply(Manifest.of(record))
         await kube.apply_status(Manifest.of({**record, "status": {
             "state": "Ready", "attempts": 0, "builtFor": "bench-warmup",
             "message": "build finished"}}))
+        await kube.close()
 
     asyncio.run(warm_cache())
     children, batches = {}, {}
@@ -354,7 +361,7 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         before = Snapshot.of(op)
         with watched(cluster, namespace, operator=True) as timeline:
             t0 = time.monotonic()
-            started = asyncio.run(apply_all(kube, batches))
+            started = asyncio.run(apply_all(cluster.kubeconfig, batches))
             side = measure(timeline, started, children, t0, timeout)
         converged = Snapshot.of(op)
         out["rss_at_n_mib"] = rss_mib(op.proc.pid)
@@ -388,6 +395,8 @@ def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
         "ratio_created_p50": statistics.median(side.created) / statistics.median(raw.created),
         "reconcile_p50_ms": 1000 * every.quantile(0.5),
         "reconcile_p95_ms": 1000 * every.quantile(0.95),
+        "reconcile_steady_p50_ms": 1000 * steady.quantile(0.5),
+        "reconcile_steady_p95_ms": 1000 * steady.quantile(0.95),
         "reconciles_converging": conv.reconciles,
         "requests_per_reconcile_converging": conv.per_reconcile(),
         "reconciles_steady": steady.reconciles,
@@ -416,7 +425,8 @@ def print_report(r: dict[str, Any]) -> None:
           f"all Ready {r['ratio_all_ready']:.2f}, children created p50 "
           f"{r['ratio_created_p50']:.2f}")
     print(f"reconcile latency: p50 {r['reconcile_p50_ms']:.1f} ms, "
-          f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram)")
+          f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram, whole run); steady state "
+          f"p50 {r['reconcile_steady_p50_ms']:.1f} ms, p95 {r['reconcile_steady_p95_ms']:.1f} ms")
     print(f"API requests per reconcile while converging ({r['reconciles_converging']:.0f} "
           f"reconciles): {r['requests_per_reconcile_converging']}")
     print(f"API requests per steady-state reconcile ({r['reconciles_steady']:.0f} reconciles): "
@@ -435,6 +445,7 @@ def main() -> None:
                     help="seconds of steady state measured after all are Ready")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the namespaces afterwards")
     args = ap.parse_args()
     sizes = args.n or [100]
     nodes = bench_nodes(max(sizes))
@@ -455,6 +466,9 @@ def main() -> None:
         result = report(n, raw, op)
         print_report(result)
         results.append(result)
+        if not args.keep:
+            for ns in (raw_ns, op_ns):
+                cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 

@@ -116,6 +116,10 @@ def test_our_writes_are_seen_before_their_watch_events(monkeypatch: pytest.Monke
     cache.remember(written)
     seen = cache.get(c.KIND, "ns", "a")
     assert seen is not None and seen["status"]["reason"] == "Ready"
+    # Its watch event brings nothing new: no reconcile for it; anything newer is news.
+    assert cache.echoes(written) and not cache.echoes(stale)
+    assert not cache.echoes({**written, "metadata": {**written["metadata"],
+                                                      "resourceVersion": "12"}})
     assert "managedFields" not in seen["metadata"]  # kept as slim as the index
     # The watch catches up: the index wins again (and the overlay is dropped).
     index[("ns", "a")] = [cache_module.project_deployment({**written, "status": {"reason": "X"}})]
@@ -134,7 +138,7 @@ def test_projections_keep_what_the_planner_reads_and_drop_the_rest() -> None:
     assert "c2VjcmV0" not in repr(cache_module.project_secret(secret))  # never the values
     body = cr(metadata={"name": "a", "annotations": {
         cache_module.LAST_APPLIED: "{...}", "team": "x"}})
-    slim = cache_module.project_deployment(body)
+    slim = cache_module.inflate_deployment(cache_module.project_deployment(body))
     assert slim["metadata"]["annotations"] == {"team": "x"}
     assert parse_deployment(slim) == parse_deployment(body).model_copy(
         update={"metadata": parse_deployment(body).metadata.model_copy(
