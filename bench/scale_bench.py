@@ -27,7 +27,10 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -169,15 +172,19 @@ def children_of(name: str, repo_key: str) -> list[tuple[str, str]]:
 
 
 def latencies(timeline: Timeline, started: dict[str, float],
-              children: dict[str, list[tuple[str, str]]]) -> tuple[list[float], list[float]]:
-    created, ready = [], []
+              children: dict[str, list[tuple[str, str]]]
+              ) -> tuple[list[float], list[float], list[float]]:
+    """Per deployment: -> all children, -> the children that wait for nothing (all but the
+    Deployment, which the operator creates once the repository Job has finished), -> Ready."""
+    created, first, ready = [], [], []
     for name, t0 in started.items():
         times = [timeline.created.get(ref) for ref in children[name]]
         if all(t is not None for t in times):
             created.append(max(times) - t0)  # type: ignore[type-var]
+            first.append(max(times[:-1]) - t0)  # type: ignore[type-var]
         if name in timeline.ready:
             ready.append(timeline.ready[name] - t0)
-    return created, ready
+    return created, first, ready
 
 
 def wait_until(what: str, done: Any, timeout: float, every: float = 1.0) -> None:
@@ -280,6 +287,7 @@ def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
 @dataclass
 class Side:
     created: list[float]
+    first: list[float]  # the children that wait for nothing
     ready: list[float]
     total_created: float
     total_ready: float
@@ -307,8 +315,8 @@ def measure(timeline: Timeline, started: dict[str, float],
     t_created = max(timeline.created[ref] for n in names for ref in children[n])
     wait_until("all Ready", lambda: all(n in timeline.ready for n in names), timeout)
     t_ready = max(timeline.ready[n] for n in names)
-    created, ready = latencies(timeline, started, children)
-    return Side(created, ready, t_created - t0, t_ready - t0)
+    created, first, ready = latencies(timeline, started, children)
+    return Side(created, first, ready, t_created - t0, t_ready - t0)
 
 
 def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Side:
@@ -333,8 +341,54 @@ def cached_engine(namespace: str) -> dict[str, Any]:
     return engine_record(dep, naming.engine_key(dep)).body
 
 
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy samples the operator (collapsed stacks into `out`) while the block runs."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
+                            str(pid), "--format", "raw", "--rate", "50", "--output", str(out),
+                            "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+        print(profile_summary(out), flush=True)
+
+
+def profile_summary(path: Path, top: int = 12) -> str:
+    """Where the operator spent its samples: by leaf function and by phase of a reconcile."""
+    leaves: dict[str, int] = {}
+    phases: dict[str, int] = {}
+    total = 0
+    marks = {"render_all": "render", "plan": "plan", "observe": "observe", "execute": "execute",
+             "process_resource_event": "kopf event processing", "_call": "API client",
+             "index_resource": "kopf indexing"}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1].split(" (")[0]
+        leaves[leaf] = leaves.get(leaf, 0) + n
+        names = [f.split(" (")[0] for f in frames]
+        phase = next((marks[f] for f in reversed(names) if f in marks), "other")
+        phases[phase] = phases.get(phase, 0) + n
+    lines = [f"py-spy: {total} samples"]
+    lines += [f"  {100 * v / max(total, 1):5.1f}% {k}" for k, v in
+              sorted(phases.items(), key=lambda kv: -kv[1])]
+    lines += ["  top leaf functions:"] + [
+        f"    {100 * v / max(total, 1):5.1f}% {k}"
+        for k, v in sorted(leaves.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines)
+
+
 def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
-                      timeout: float, steady: float) -> dict[str, Any]:
+                      timeout: float, steady: float, profile: Path | None) -> dict[str, Any]:
     record = cached_engine(namespace)
 
     async def warm_cache() -> None:  # the engine is already in the cache (built before)
@@ -359,7 +413,9 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         time.sleep(3)
         out["rss_idle_mib"] = rss_mib(op.proc.pid)
         before = Snapshot.of(op)
-        with watched(cluster, namespace, operator=True) as timeline:
+        with watched(cluster, namespace, operator=True) as timeline, profiled(
+            op.proc.pid, profile and profile / f"operator-{n}.txt"
+        ):
             t0 = time.monotonic()
             started = asyncio.run(apply_all(cluster.kubeconfig, batches))
             side = measure(timeline, started, children, t0, timeout)
@@ -386,13 +442,16 @@ def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
     steady_reads = sum(v for (verb, _), v in steady.calls.items() if verb in ("get", "list"))
     result = {
         "n": n,
-        "raw": {"created": summary(raw.created), "ready": summary(raw.ready),
+        "raw": {"created": summary(raw.created), "first": summary(raw.first),
+                "ready": summary(raw.ready),
                 "all_created_s": raw.total_created, "all_ready_s": raw.total_ready},
-        "operator": {"created": summary(side.created), "ready": summary(side.ready),
+        "operator": {"created": summary(side.created), "first": summary(side.first),
+                     "ready": summary(side.ready),
                      "all_created_s": side.total_created, "all_ready_s": side.total_ready},
         "ratio_all_created": side.total_created / raw.total_created,
         "ratio_all_ready": side.total_ready / raw.total_ready,
         "ratio_created_p50": statistics.median(side.created) / statistics.median(raw.created),
+        "ratio_first_wave_max": max(side.first) / max(raw.first),
         "reconcile_p50_ms": 1000 * every.quantile(0.5),
         "reconcile_p95_ms": 1000 * every.quantile(0.95),
         "reconcile_steady_p50_ms": 1000 * steady.quantile(0.5),
@@ -419,11 +478,12 @@ def print_report(r: dict[str, Any]) -> None:
         x = r[who]
         print(f"{who:9s} apply -> children created: {fmt(x['created'])}   "
               f"(all: {x['all_created_s']:.1f} s)")
+        print(f"{'':9s} ... all but the Deployment: {fmt(x['first'])}")
         print(f"{'':9s} apply -> Ready:            {fmt(x['ready'])}   "
               f"(all: {x['all_ready_s']:.1f} s)")
     print(f"ratio operator/raw: all children created {r['ratio_all_created']:.2f}, "
           f"all Ready {r['ratio_all_ready']:.2f}, children created p50 "
-          f"{r['ratio_created_p50']:.2f}")
+          f"{r['ratio_created_p50']:.2f}, all but the Deployments {r['ratio_first_wave_max']:.2f}")
     print(f"reconcile latency: p50 {r['reconcile_p50_ms']:.1f} ms, "
           f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram, whole run); steady state "
           f"p50 {r['reconcile_steady_p50_ms']:.1f} ms, p95 {r['reconcile_steady_p95_ms']:.1f} ms")
@@ -446,6 +506,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the namespaces afterwards")
+    ap.add_argument("--profile", help="py-spy the operator while it converges; write here")
     args = ap.parse_args()
     sizes = args.n or [100]
     nodes = bench_nodes(max(sizes))
@@ -462,7 +523,10 @@ def main() -> None:
         print(f"N = {n}: raw limit in {raw_ns}", flush=True)
         raw = run_raw(cluster, n, raw_ns, args.timeout)
         print(f"N = {n}: operator in {op_ns}", flush=True)
-        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady)
+        profile = Path(args.profile) if args.profile else None
+        if profile:
+            profile.mkdir(parents=True, exist_ok=True)
+        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile)
         result = report(n, raw, op)
         print_report(result)
         results.append(result)
