@@ -37,6 +37,7 @@ Index = Mapping[Any, Iterable[Any]]
 
 # The overlay of our own writes outlives a watch event's delay by far, never a lost event.
 OVERLAY_SECONDS = 10.0
+OVERLAY_PRUNE_AT = 4096
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -234,6 +235,9 @@ class Cache:
     def __init__(self, indices: Mapping[str, Index]) -> None:
         self._indices = indices
         self._overlay: dict[tuple[str, str | None, str], tuple[float, Obj]] = {}
+        self._prune_at = OVERLAY_PRUNE_AT
+        # Digest of each child's projection at its last watch event (see `changed`).
+        self._seen: dict[tuple[str, str | None, str], int] = {}
         # resourceVersion of our last status write per deployment (to recognise its echo).
         self._statuses: dict[tuple[str | None, str], str] = {}
 
@@ -270,7 +274,13 @@ class Cache:
         ref = (obj["kind"], meta.get("namespace"), meta["name"])
         values = list(spec.keyed(obj).values())
         if values:
-            self._overlay[ref] = (time.monotonic(), values[0])
+            now = time.monotonic()
+            self._overlay[ref] = (now, values[0])
+            if len(self._overlay) > self._prune_at:  # drop entries nobody read again
+                self._overlay = {
+                    k: v for k, v in self._overlay.items() if now - v[0] <= OVERLAY_SECONDS
+                }
+                self._prune_at = max(OVERLAY_PRUNE_AT, 2 * len(self._overlay))  # amortised O(1)
         if obj["kind"] == c.KIND:
             self._statuses[(meta.get("namespace"), meta["name"])] = meta.get("resourceVersion", "")
 
@@ -285,6 +295,26 @@ class Cache:
         """A deployment is gone."""
         self._statuses.pop((namespace, name), None)
         self._overlay.pop((c.KIND, namespace, name), None)
+
+    def changed(self, kind: str, obj: Mapping[str, Any], *, deleted: bool = False) -> bool:
+        """Whether a watch event of a child changes what the planner reads of it (its
+        projection, resourceVersion aside) since the last event: if not, it needs no reconcile."""
+        meta = obj["metadata"]
+        ref = (kind, meta.get("namespace"), meta["name"])
+        if deleted:
+            self._seen.pop(ref, None)
+            return True
+        values = list(BY_NAME[kind].keyed(obj).values())
+        if values:
+            plain = {**values[0], "metadata": {k: v for k, v in values[0]["metadata"].items()
+                                               if k != "resourceVersion"}}
+            digest = hash(json.dumps(plain, sort_keys=True, default=str))
+        else:
+            digest = 0
+        if self._seen.get(ref) == digest:
+            return False
+        self._seen[ref] = digest
+        return True
 
     def secret_keys(self, namespace: str, name: str) -> list[str] | None:
         secret = self.get("Secret", namespace, name)

@@ -8,6 +8,7 @@ while a rollout is not done (the scheduler's complaint) are listed then, and onl
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -32,6 +33,7 @@ async def observe(
     engine: Obj | None,
     workload: Obj | None,
     now: dt.datetime,
+    pods: PodChecks,
 ) -> Observed:
     ns, spec = dep.namespace, dep.spec
     build_job = cache.get("Job", ns, r.build_job.name)
@@ -56,7 +58,7 @@ async def observe(
         mpi_secret_present=cache.get("Secret", ns, naming.mpi_secret_name(dep)) is not None
         if multi
         else None,
-        unschedulable=await _unschedulable(kube, dep, workload),
+        unschedulable=await pods.unschedulable(kube, dep, workload),
     )
 
 
@@ -83,15 +85,36 @@ async def _failed_pods(kube: Kube, namespace: str, job: Obj | None) -> list[Obj]
     return await kube.list("v1", "Pod", namespace, labels={"job-name": job["metadata"]["name"]})
 
 
-async def _unschedulable(kube: Kube, dep: TritonLLMDeployment, workload: Obj | None) -> str | None:
-    if workload is None:
-        return None
-    desired = (workload.get("spec") or {}).get("replicas", 1)
-    ready = (workload.get("status") or {}).get("readyReplicas", 0)
-    if ready >= desired:
-        return None
-    pods = await kube.list("v1", "Pod", dep.namespace, labels={c.LABEL_INSTANCE: dep.name})
-    return unschedulable_message(pods)
+class PodChecks:
+    """The scheduler's complaint about a deployment's serving pods, looked up at most once per
+    RECHECK_SECONDS while its rollout is not done (every status change of a rolling workload
+    triggers a reconcile; the scheduler's verdict does not change that fast)."""
+
+    RECHECK_SECONDS = 15.0
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[float, str | None]] = {}
+
+    async def unschedulable(
+        self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None
+    ) -> str | None:
+        key = (dep.namespace, dep.name)
+        desired = ((workload or {}).get("spec") or {}).get("replicas", 1)
+        ready = ((workload or {}).get("status") or {}).get("readyReplicas", 0)
+        if workload is None or ready >= desired:
+            self._last.pop(key, None)
+            return None
+        now = time.monotonic()
+        checked = self._last.get(key)
+        if checked is not None and now - checked[0] < self.RECHECK_SECONDS:
+            return checked[1]
+        pods = await kube.list("v1", "Pod", dep.namespace, labels={c.LABEL_INSTANCE: dep.name})
+        message = unschedulable_message(pods)
+        self._last[key] = (now, message)
+        return message
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._last.pop((namespace, name), None)
 
 
 

@@ -51,7 +51,8 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
 
 
 def _indexer(spec: IndexSpec) -> Any:
-    def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    # async: kopf runs sync handlers in a thread pool, a thread hop per watch event.
+    async def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return spec.keyed(body)
 
     return index
@@ -155,8 +156,10 @@ def _owner_instances(body: dict[str, Any]) -> list[str]:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
     """A build Job is shared by every deployment with its engine key; a repository Job has one."""
+    if not reconciler().cache.changed("Job", body, deleted=event.get("type") == "DELETED"):
+        return  # nothing the planner reads changed (e.g. only the count of active pods)
     labels = body["metadata"].get("labels") or {}
     names = set(_owner_instances(body))
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
@@ -166,12 +169,17 @@ async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def workload_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
-    for n in _owner_instances(body):
-        reconciler().request(namespace, n)
+async def workload_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
+    _workload_event("Deployment", event, body, namespace)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
-async def lws_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+async def lws_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
+    _workload_event("LeaderWorkerSet", event, body, namespace)
+
+
+def _workload_event(kind: str, event: dict[str, Any], body: kopf.Body, namespace: str) -> None:
+    if not reconciler().cache.changed(kind, body, deleted=event.get("type") == "DELETED"):
+        return  # e.g. only a condition's timestamp moved
     for n in _owner_instances(body):
         reconciler().request(namespace, n)

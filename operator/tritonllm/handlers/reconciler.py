@@ -33,7 +33,7 @@ from tritonllm.render import RenderOptions, naming, render_all, validate
 from .cache import Cache
 from .execute import execute
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
-from .observe import observe
+from .observe import PodChecks, observe
 from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -67,6 +67,7 @@ class Reconciler:
         self._conditions = ConditionGauge()
         self._engine_locks: dict[Key, asyncio.Lock] = {}
         self.schedule = Schedule(self.request)
+        self._pods = PodChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         # Passes in flight at once: enough to keep the API client busy; more would only hold
@@ -116,6 +117,7 @@ class Reconciler:
         self._conditions.forget(key)
         self.cache.forget(namespace, name)
         self.schedule.cancel(key)
+        self._pods.forget(namespace, name)
         self._failures.pop(key, None)
         self._gone.add(key)
 
@@ -195,7 +197,7 @@ class Reconciler:
         rendered = render_all(dep, opts)
         obs = await observe(
             self.kube, self.cache, self.settings, dep, rendered,
-            engine=engine, workload=workload, now=now,
+            engine=engine, workload=workload, now=now, pods=self._pods,
         )
         decision = plan(body, dep, rendered, obs)
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
