@@ -7,8 +7,8 @@ one local cluster with kwok GPU nodes, in the same run:
 
 1. **Raw limit.** The children the operator would create for N cache-hit deployments (repository
    ConfigMap and Job, Service, Deployment: rendered by tritonllm.render, spec hash included) are
-   server-side applied directly, through the operator's own client class with the same
-   concurrency (its worker-thread pool), one deployment's objects in order, all deployments at
+   server-side applied directly, through the operator's own client with the same concurrency
+   (`api_concurrency` requests in flight), one deployment's objects in order, all deployments at
    once, with no controller logic.
 2. **Operator.** `tritonllm run` on a fresh namespace whose engine is already in the cache
    (a Ready TritonLLMEngine); N TritonLLMDeployments are applied the same way.
@@ -27,7 +27,10 @@ import asyncio
 import contextlib
 import json
 import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +45,7 @@ from tests.cluster.operator_harness import Operator, prepare_namespace, run_oper
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
 from tritonllm.k8s.client import Kube
@@ -55,6 +59,7 @@ SPEC = {
     "gpu": {"product": H100},
 }
 WATCHED = ("ConfigMap", "Job", "Service", "Deployment")
+CONCURRENCY = OperatorSettings().api_concurrency  # the operator's client concurrency
 
 
 def small(name: str, namespace: str) -> dict[str, Any]:
@@ -66,9 +71,10 @@ def bench_nodes(n: int) -> list[NodeSpec]:
     """GPU nodes for 2n single-GPU serving pods (raw and operator side by side), CPU nodes for
     the repository Job pods."""
     gpu_nodes = max(1, -(-2 * n // 64))
+    big = {"cpu": "1024", "memory": "64Ti", "pods": "250"}  # room for 64 pods of 8 CPUs
     return [
-        *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, pods="250") for i in range(gpu_nodes)),
-        *(NodeSpec(f"bench-cpu-{i}", pods="250") for i in range(4)),
+        *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, **big) for i in range(gpu_nodes)),
+        *(NodeSpec(f"bench-cpu-{i}", **big) for i in range(4)),
     ]
 
 
@@ -166,15 +172,19 @@ def children_of(name: str, repo_key: str) -> list[tuple[str, str]]:
 
 
 def latencies(timeline: Timeline, started: dict[str, float],
-              children: dict[str, list[tuple[str, str]]]) -> tuple[list[float], list[float]]:
-    created, ready = [], []
+              children: dict[str, list[tuple[str, str]]]
+              ) -> tuple[list[float], list[float], list[float]]:
+    """Per deployment: -> all children, -> the children that wait for nothing (all but the
+    Deployment, which the operator creates once the repository Job has finished), -> Ready."""
+    created, first, ready = [], [], []
     for name, t0 in started.items():
         times = [timeline.created.get(ref) for ref in children[name]]
         if all(t is not None for t in times):
             created.append(max(times) - t0)  # type: ignore[type-var]
+            first.append(max(times[:-1]) - t0)  # type: ignore[type-var]
         if name in timeline.ready:
             ready.append(timeline.ready[name] - t0)
-    return created, ready
+    return created, first, ready
 
 
 def wait_until(what: str, done: Any, timeout: float, every: float = 1.0) -> None:
@@ -189,17 +199,21 @@ def wait_until(what: str, done: Any, timeout: float, every: float = 1.0) -> None
         time.sleep(every)
 
 
-async def apply_all(kube: Kube, batches: dict[str, list[Manifest]]) -> dict[str, float]:
-    """Apply each deployment's objects in order, every deployment at once (the client's thread
-    pool bounds the concurrency, as in the operator). Returns when each deployment started."""
+async def apply_all(kubeconfig: Path, batches: dict[str, list[Manifest]]) -> dict[str, float]:
+    """Apply each deployment's objects in order, every deployment at once, through the operator's
+    client with the operator's concurrency. Returns when each deployment started."""
     started: dict[str, float] = {}
+    kube = Kube.from_kubeconfig(str(kubeconfig), concurrency=CONCURRENCY)
 
     async def one(name: str, objs: list[Manifest]) -> None:
         started[name] = time.monotonic()
         for obj in objs:
             await kube.apply(obj)
 
-    await asyncio.gather(*(one(n, objs) for n, objs in batches.items()))
+    try:
+        await asyncio.gather(*(one(n, objs) for n, objs in batches.items()))
+    finally:
+        await kube.close()
     return started
 
 
@@ -273,6 +287,7 @@ def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
 @dataclass
 class Side:
     created: list[float]
+    first: list[float]  # the children that wait for nothing
     ready: list[float]
     total_created: float
     total_ready: float
@@ -300,8 +315,8 @@ def measure(timeline: Timeline, started: dict[str, float],
     t_created = max(timeline.created[ref] for n in names for ref in children[n])
     wait_until("all Ready", lambda: all(n in timeline.ready for n in names), timeout)
     t_ready = max(timeline.ready[n] for n in names)
-    created, ready = latencies(timeline, started, children)
-    return Side(created, ready, t_created - t0, t_ready - t0)
+    created, first, ready = latencies(timeline, started, children)
+    return Side(created, first, ready, t_created - t0, t_ready - t0)
 
 
 def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Side:
@@ -314,10 +329,9 @@ def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Si
         objs = [r.repository_configmap, r.repository_job, r.service, r.workload]
         batches[name] = [o.stamped() for o in objs]
         children[name] = children_of(name, r.repository_key)
-    kube = Kube(cluster.api_client())
     with watched(cluster, namespace, operator=False) as timeline:
         t0 = time.monotonic()
-        started = asyncio.run(apply_all(kube, batches))
+        started = asyncio.run(apply_all(cluster.kubeconfig, batches))
         return measure(timeline, started, children, t0, timeout)
 
 
@@ -327,16 +341,63 @@ def cached_engine(namespace: str) -> dict[str, Any]:
     return engine_record(dep, naming.engine_key(dep)).body
 
 
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy samples the operator (collapsed stacks into `out`) while the block runs."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid",
+                            str(pid), "--format", "raw", "--rate", "50", "--output", str(out),
+                            "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+        print(profile_summary(out), flush=True)
+
+
+def profile_summary(path: Path, top: int = 12) -> str:
+    """Where the operator spent its samples: by leaf function and by phase of a reconcile."""
+    leaves: dict[str, int] = {}
+    phases: dict[str, int] = {}
+    total = 0
+    marks = {"render_all": "render", "plan": "plan", "observe": "observe", "execute": "execute",
+             "process_resource_event": "kopf event processing", "_call": "API client",
+             "index_resource": "kopf indexing"}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1].split(" (")[0]
+        leaves[leaf] = leaves.get(leaf, 0) + n
+        names = [f.split(" (")[0] for f in frames]
+        phase = next((marks[f] for f in reversed(names) if f in marks), "other")
+        phases[phase] = phases.get(phase, 0) + n
+    lines = [f"py-spy: {total} samples"]
+    lines += [f"  {100 * v / max(total, 1):5.1f}% {k}" for k, v in
+              sorted(phases.items(), key=lambda kv: -kv[1])]
+    lines += ["  top leaf functions:"] + [
+        f"    {100 * v / max(total, 1):5.1f}% {k}"
+        for k, v in sorted(leaves.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines)
+
+
 def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
-                      timeout: float, steady: float) -> dict[str, Any]:
+                      timeout: float, steady: float, profile: Path | None) -> dict[str, Any]:
     record = cached_engine(namespace)
-    kube = Kube(cluster.api_client())
 
     async def warm_cache() -> None:  # the engine is already in the cache (built before)
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
         await kube.apply(Manifest.of(record))
         await kube.apply_status(Manifest.of({**record, "status": {
             "state": "Ready", "attempts": 0, "builtFor": "bench-warmup",
             "message": "build finished"}}))
+        await kube.close()
 
     asyncio.run(warm_cache())
     children, batches = {}, {}
@@ -352,9 +413,11 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         time.sleep(3)
         out["rss_idle_mib"] = rss_mib(op.proc.pid)
         before = Snapshot.of(op)
-        with watched(cluster, namespace, operator=True) as timeline:
+        with watched(cluster, namespace, operator=True) as timeline, profiled(
+            op.proc.pid, profile and profile / f"operator-{n}.txt"
+        ):
             t0 = time.monotonic()
-            started = asyncio.run(apply_all(kube, batches))
+            started = asyncio.run(apply_all(cluster.kubeconfig, batches))
             side = measure(timeline, started, children, t0, timeout)
         converged = Snapshot.of(op)
         out["rss_at_n_mib"] = rss_mib(op.proc.pid)
@@ -379,15 +442,20 @@ def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
     steady_reads = sum(v for (verb, _), v in steady.calls.items() if verb in ("get", "list"))
     result = {
         "n": n,
-        "raw": {"created": summary(raw.created), "ready": summary(raw.ready),
+        "raw": {"created": summary(raw.created), "first": summary(raw.first),
+                "ready": summary(raw.ready),
                 "all_created_s": raw.total_created, "all_ready_s": raw.total_ready},
-        "operator": {"created": summary(side.created), "ready": summary(side.ready),
+        "operator": {"created": summary(side.created), "first": summary(side.first),
+                     "ready": summary(side.ready),
                      "all_created_s": side.total_created, "all_ready_s": side.total_ready},
         "ratio_all_created": side.total_created / raw.total_created,
         "ratio_all_ready": side.total_ready / raw.total_ready,
         "ratio_created_p50": statistics.median(side.created) / statistics.median(raw.created),
+        "ratio_first_wave_max": max(side.first) / max(raw.first),
         "reconcile_p50_ms": 1000 * every.quantile(0.5),
         "reconcile_p95_ms": 1000 * every.quantile(0.95),
+        "reconcile_steady_p50_ms": 1000 * steady.quantile(0.5),
+        "reconcile_steady_p95_ms": 1000 * steady.quantile(0.95),
         "reconciles_converging": conv.reconciles,
         "requests_per_reconcile_converging": conv.per_reconcile(),
         "reconciles_steady": steady.reconciles,
@@ -410,13 +478,15 @@ def print_report(r: dict[str, Any]) -> None:
         x = r[who]
         print(f"{who:9s} apply -> children created: {fmt(x['created'])}   "
               f"(all: {x['all_created_s']:.1f} s)")
+        print(f"{'':9s} ... all but the Deployment: {fmt(x['first'])}")
         print(f"{'':9s} apply -> Ready:            {fmt(x['ready'])}   "
               f"(all: {x['all_ready_s']:.1f} s)")
     print(f"ratio operator/raw: all children created {r['ratio_all_created']:.2f}, "
           f"all Ready {r['ratio_all_ready']:.2f}, children created p50 "
-          f"{r['ratio_created_p50']:.2f}")
+          f"{r['ratio_created_p50']:.2f}, all but the Deployments {r['ratio_first_wave_max']:.2f}")
     print(f"reconcile latency: p50 {r['reconcile_p50_ms']:.1f} ms, "
-          f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram)")
+          f"p95 {r['reconcile_p95_ms']:.1f} ms (operator histogram, whole run); steady state "
+          f"p50 {r['reconcile_steady_p50_ms']:.1f} ms, p95 {r['reconcile_steady_p95_ms']:.1f} ms")
     print(f"API requests per reconcile while converging ({r['reconciles_converging']:.0f} "
           f"reconciles): {r['requests_per_reconcile_converging']}")
     print(f"API requests per steady-state reconcile ({r['reconciles_steady']:.0f} reconciles): "
@@ -435,6 +505,8 @@ def main() -> None:
                     help="seconds of steady state measured after all are Ready")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the namespaces afterwards")
+    ap.add_argument("--profile", help="py-spy the operator while it converges; write here")
     args = ap.parse_args()
     sizes = args.n or [100]
     nodes = bench_nodes(max(sizes))
@@ -451,10 +523,16 @@ def main() -> None:
         print(f"N = {n}: raw limit in {raw_ns}", flush=True)
         raw = run_raw(cluster, n, raw_ns, args.timeout)
         print(f"N = {n}: operator in {op_ns}", flush=True)
-        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady)
+        profile = Path(args.profile) if args.profile else None
+        if profile:
+            profile.mkdir(parents=True, exist_ok=True)
+        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile)
         result = report(n, raw, op)
         print_report(result)
         results.append(result)
+        if not args.keep:
+            for ns in (raw_ns, op_ns):
+                cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 

@@ -65,30 +65,16 @@ class FakeKube:
     def _record(self, verb: str, kind: str, name: str) -> None:
         self.calls.append(Call(asyncio.get_running_loop().time(), verb, kind, name))
 
-    # --- reads ---------------------------------------------------------------------------------
-
-    async def get(
-        self, api_version: str, kind: str, namespace: str | None, name: str
-    ) -> dict[str, Any] | None:
-        self._record("get", kind, name)
-        found = self.objects.get((kind, namespace, name))
-        return copy.deepcopy(found) if found is not None else None
+    # --- reads (pods only: the rest comes from the cache) --------------------------------------
 
     async def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None,
-        *,
-        labels: Mapping[str, str] | None = None,
+        self, api_version: str, kind: str, namespace: str, *, labels: Mapping[str, str]
     ) -> list[dict[str, Any]]:
         self._record("list", kind, "")
         out = []
         for (k, ns, _), obj in self.objects.items():
             have = obj["metadata"].get("labels") or {}
-            if k == kind and (namespace is None or ns == namespace) and all(
-                have.get(a) == b for a, b in (labels or {}).items()
-            ):
+            if k == kind and ns == namespace and all(have.get(a) == b for a, b in labels.items()):
                 out.append(copy.deepcopy(obj))
         return out
 

@@ -116,6 +116,10 @@ def test_our_writes_are_seen_before_their_watch_events(monkeypatch: pytest.Monke
     cache.remember(written)
     seen = cache.get(c.KIND, "ns", "a")
     assert seen is not None and seen["status"]["reason"] == "Ready"
+    # Its watch event brings nothing new: no reconcile for it; anything newer is news.
+    assert cache.echoes(written) and not cache.echoes(stale)
+    assert not cache.echoes({**written, "metadata": {**written["metadata"],
+                                                      "resourceVersion": "12"}})
     assert "managedFields" not in seen["metadata"]  # kept as slim as the index
     # The watch catches up: the index wins again (and the overlay is dropped).
     index[("ns", "a")] = [cache_module.project_deployment({**written, "status": {"reason": "X"}})]
@@ -134,8 +138,39 @@ def test_projections_keep_what_the_planner_reads_and_drop_the_rest() -> None:
     assert "c2VjcmV0" not in repr(cache_module.project_secret(secret))  # never the values
     body = cr(metadata={"name": "a", "annotations": {
         cache_module.LAST_APPLIED: "{...}", "team": "x"}})
-    slim = cache_module.project_deployment(body)
+    slim = cache_module.inflate_deployment(cache_module.project_deployment(body))
     assert slim["metadata"]["annotations"] == {"team": "x"}
     assert parse_deployment(slim) == parse_deployment(body).model_copy(
         update={"metadata": parse_deployment(body).metadata.model_copy(
             update={"annotations": {"team": "x"}})})
+
+
+def test_child_events_that_change_nothing_the_planner_reads_need_no_reconcile() -> None:
+    cache = Cache({})
+    job = {"kind": "Job", "metadata": {"name": "j", "namespace": "ns", "resourceVersion": "1",
+                                       "labels": {"a": "b"}},
+           "status": {"active": 1}}
+    assert cache.changed("Job", job)  # first sight
+    busier = {**job, "metadata": {**job["metadata"], "resourceVersion": "2"},
+              "status": {"active": 1, "ready": 1, "startTime": "2026-11-22T09:00:00Z"}}
+    assert not cache.changed("Job", busier)  # still running: the planner sees no difference
+    done = {**busier, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert cache.changed("Job", done)
+    assert cache.changed("Job", done, deleted=True)
+
+
+def test_equal_specs_share_one_rendered_repository() -> None:
+    from tritonllm.render import repository_files
+    from tritonllm.triton.repository import render_repository
+
+    a = parse_deployment(cr(metadata={"name": "a"}))
+    b = parse_deployment(cr(metadata={"name": "b", "namespace": "other"}))
+    files = repository_files(a, "/store/engines/k", "/store/models/x")
+    files["tensorrt_llm/config.pbtxt"] = "changed by the caller"
+    again = repository_files(b, "/store/engines/k", "/store/models/x")
+    assert again["tensorrt_llm/config.pbtxt"] != "changed by the caller"
+    assert again == render_repository(a, engine_dir="/store/engines/k",
+                                      tokenizer_dir="/store/models/x")
+    other = repository_files(parse_deployment(cr({"serving": {"maxQueueDelayMicroseconds": 7}})),
+                             "/store/engines/k", "/store/models/x")
+    assert other != again

@@ -20,6 +20,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.handlers.reconciler import ERROR_REQUEUE_SECONDS, Reconciler
+from tritonllm.handlers.schedule import Schedule
 from tritonllm.plan.engine import MIN_REQUEUE_SECONDS, backoff_seconds
 from tritonllm.plan.status import PROGRESS_REQUEUE_SECONDS
 from tritonllm.render import naming, render_all
@@ -107,7 +108,7 @@ def test_a_build_backoff_is_retried_when_it_runs_out_not_at_resync() -> None:
     async def main() -> None:
         r = reconciler(kube)
         stopped = Never()
-        daemon = asyncio.create_task(r.keep_scheduled("default", "demo", stopped))
+        daemon = asyncio.create_task(r.schedule.run(stopped))
         r.request("default", "demo")  # the watch event of the object
         await r.wait_idle()
         seen["first_due"] = r.next_reconcile_in("default", "demo")
@@ -116,7 +117,7 @@ def test_a_build_backoff_is_retried_when_it_runs_out_not_at_resync() -> None:
         await r.wait_idle()
         seen["next_due"] = r.next_reconcile_in("default", "demo")
         stopped.stopped = True
-        r._wakeups[("default", "demo")].set()
+        r.schedule.stop()
         await daemon
 
     run_virtual(main)
@@ -146,7 +147,7 @@ def test_without_a_requeue_the_next_pass_is_one_resync_later() -> None:
 
 
 def test_a_paused_replica_schedules_nothing() -> None:
-    """kopf stops the daemon while peering pauses this replica: no requeue fires."""
+    """kopf stops the schedule's daemon while peering pauses this replica: no requeue fires."""
     kube, _ = failed_build_world()
 
     async def main() -> None:
@@ -181,3 +182,29 @@ def test_a_failed_pass_is_retried_with_a_growing_delay() -> None:
                           4 * ERROR_REQUEUE_SECONDS]
 
     run_virtual(main)
+
+
+def test_what_came_due_while_paused_fires_when_the_replica_resumes() -> None:
+    fired: list[tuple[float, str]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        schedule = Schedule(lambda ns, name: fired.append((loop.time(), name)))
+        schedule.at(("ns", "early"), 5)
+        schedule.at(("ns", "late"), 50)
+        stopped = Never()
+        daemon = asyncio.create_task(schedule.run(stopped))
+        await asyncio.sleep(10)
+        stopped.stopped = True  # peering pauses the replica at t=10
+        schedule.stop()
+        await daemon
+        await asyncio.sleep(90)  # "late" comes due at t=50, while paused
+        stopped.stopped = False  # resumed at t=100
+        daemon = asyncio.create_task(schedule.run(stopped))
+        await asyncio.sleep(1)
+        stopped.stopped = True
+        schedule.stop()
+        await daemon
+
+    run_virtual(main)
+    assert fired == [(5.0, "early"), (100.0, "late")]

@@ -39,6 +39,8 @@ class OperatorSettings(BaseModel):
     """Report NoMatchingNodes when no node carries spec.gpu.product (needs list on nodes)."""
     api_timeout_seconds: float = Field(default=60.0, gt=0)
     """Timeout of one Kubernetes API call."""
+    api_concurrency: int = Field(default=16, ge=1, le=256)
+    """Kubernetes API requests the operator has in flight at once (its client concurrency)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:

@@ -3,10 +3,13 @@
 kopf watches each kind a reconcile reads and keeps, per object, a slim projection of it (only the
 fields the planner reads) in an index keyed by what the reconcile looks up: (namespace, name) for
 the deployment, its engine record and its children; (namespace, engine key) for the deployments
-using an engine; (namespace, deployment) for its repository revisions and its unschedulable
-serving pods; (namespace, Job) for a failed Job's pods; the GPU product for nodes. A reconcile
-therefore sends no read request, and nothing it does is proportional to the number of
-deployments: no list of all deployments or all Jobs, an engine-cache hit is one dict lookup.
+using an engine; (namespace, deployment) for its repository revisions; the GPU product for nodes.
+A steady-state reconcile therefore sends no read request, and nothing it does is proportional to
+the number of deployments: no list of all deployments or all Jobs, an engine-cache hit is one
+dict lookup. Pods are not watched (each goes through half a dozen states, a thousand
+deployments' worth of events for what matters only when something is wrong): a failed Job's
+pods and the pods of a rollout that is not done are listed when, and only when, a reconcile
+needs them (tritonllm.handlers.observe).
 
 kopf fills the indexes before it calls any handler (so the first reconciles see a complete
 cluster), and keeps them current from the watch streams. What it cannot know yet are our own
@@ -18,6 +21,8 @@ seconds at most, and reads prefer the newer of the two.
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,6 +37,7 @@ Index = Mapping[Any, Iterable[Any]]
 
 # The overlay of our own writes outlives a watch event's delay by far, never a lost event.
 OVERLAY_SECONDS = 10.0
+OVERLAY_PRUNE_AT = 4096
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -49,19 +55,28 @@ def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
 
 
 def project_deployment(obj: Mapping[str, Any]) -> Obj:
-    """A TritonLLMDeployment as parse_deployment and the planner read it."""
+    """A TritonLLMDeployment as parse_deployment and the planner read it. Spec and status are
+    kept as compact JSON text (a few KiB, where the parsed objects take several times that)
+    and parsed again by `Cache.get`, once per reconcile."""
     meta = obj["metadata"]
     keep = ("generation", "finalizers", "deletionTimestamp", "labels")
     out = _meta(obj, *keep)
     out["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
                           if k != LAST_APPLIED}
+    doc = {"spec": obj.get("spec"), "status": obj.get("status") or {}}
     return {
         "apiVersion": obj.get("apiVersion", c.API_VERSION),
         "kind": obj.get("kind", c.KIND),
         "metadata": out,
-        "spec": obj.get("spec"),
-        "status": obj.get("status") or {},
+        "doc": json.dumps(doc, separators=(",", ":")),
     }
+
+
+def inflate_deployment(slim: Mapping[str, Any]) -> Obj:
+    """The projection as an object: metadata, spec and status."""
+    doc = json.loads(slim["doc"])
+    meta = copy.deepcopy(slim["metadata"])  # callers may keep or change it; the cache may not
+    return {"apiVersion": slim["apiVersion"], "kind": slim["kind"], "metadata": meta, **doc}
 
 
 def project_engine(obj: Mapping[str, Any]) -> Obj:
@@ -109,35 +124,6 @@ def project_secret(obj: Mapping[str, Any]) -> Obj:
     return {"metadata": _meta(obj), "keys": sorted(obj.get("data") or {})}
 
 
-def failed_pod(obj: Mapping[str, Any]) -> Obj | None:
-    """A pod with a container that exited non-zero: its termination messages (the log tail)."""
-    statuses = [
-        {"name": cs.get("name"), "state": {"terminated": cs["state"]["terminated"]}}
-        for cs in (obj.get("status") or {}).get("containerStatuses") or []
-        if ((cs.get("state") or {}).get("terminated") or {}).get("exitCode", 0) != 0
-    ]
-    if not statuses:
-        return None
-    meta = _meta(obj, "creationTimestamp")
-    return {"metadata": meta, "status": {"containerStatuses": statuses}}
-
-
-def unschedulable_pod(obj: Mapping[str, Any]) -> Obj | None:
-    """A serving pod the scheduler cannot place: the scheduler's condition."""
-    labels = obj["metadata"].get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
-        return None
-    conditions = [
-        x
-        for x in (obj.get("status") or {}).get("conditions") or []
-        if x.get("type") == "PodScheduled" and x.get("reason") == "Unschedulable"
-    ]
-    if not conditions:
-        return None
-    meta = {**_meta(obj), "labels": {c.LABEL_COMPONENT: labels[c.LABEL_COMPONENT]}}
-    return {"metadata": meta, "status": {"conditions": conditions}}
-
-
 # --- the indexes: what kopf watches, and under which keys it keeps what ----------------------
 
 
@@ -165,16 +151,6 @@ def _by_name(project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
         meta = obj["metadata"]
         value = project(obj)
         return {} if value is None else {(meta.get("namespace"), meta["name"]): value}
-
-    return keyed
-
-
-def _by_label(label: str, project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
-    def keyed(obj: Mapping[str, Any]) -> dict[Any, Any]:
-        meta = obj["metadata"]
-        owner = (meta.get("labels") or {}).get(label)
-        value = project(obj) if owner else None
-        return {} if value is None else {(meta.get("namespace"), owner): value}
 
     return keyed
 
@@ -236,16 +212,12 @@ USERS_OF_ENGINE = IndexSpec("tritonllm_users_of_engine", c.KIND, (c.GROUP, c.VER
                             _users_of_engine)
 REVISIONS = IndexSpec("tritonllm_revisions", "ConfigMap", ("", "v1", "configmaps"),
                       _repository_revision, managed=True)
-FAILED_PODS = IndexSpec("tritonllm_failed_pods", "Pod", ("", "v1", "pods"),
-                        _by_label("job-name", failed_pod), managed=True)
-UNSCHEDULABLE = IndexSpec("tritonllm_unschedulable", "Pod", ("", "v1", "pods"),
-                          _by_label(c.LABEL_INSTANCE, unschedulable_pod), managed=True)
 GPU_NODES = IndexSpec("tritonllm_gpu_nodes", "Node", ("", "v1", "nodes"), _gpu_node)
 
 
 def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
     """Every index the reconciler reads (nodes only when NoMatchingNodes is checked)."""
-    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS, FAILED_PODS, UNSCHEDULABLE]
+    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS]
     return [*specs, GPU_NODES] if gpu_nodes else specs
 
 
@@ -263,6 +235,11 @@ class Cache:
     def __init__(self, indices: Mapping[str, Index]) -> None:
         self._indices = indices
         self._overlay: dict[tuple[str, str | None, str], tuple[float, Obj]] = {}
+        self._prune_at = OVERLAY_PRUNE_AT
+        # Digest of each child's projection at its last watch event (see `changed`).
+        self._seen: dict[tuple[str, str | None, str], int] = {}
+        # resourceVersion of our last status write per deployment (to recognise its echo).
+        self._statuses: dict[tuple[str | None, str], str] = {}
 
     def _values(self, spec: IndexSpec, key: Any) -> list[Any]:
         index = self._indices.get(spec.id)
@@ -272,6 +249,10 @@ class Cache:
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         """The object (its projection), or None when it does not exist."""
+        found = self._get(kind, namespace, name)
+        return inflate_deployment(found) if found is not None and kind == c.KIND else found
+
+    def _get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         found = self._values(BY_NAME[kind], (namespace, name))
         indexed: Obj | None = found[0] if found else None
         ref = (kind, namespace, name)
@@ -293,7 +274,47 @@ class Cache:
         ref = (obj["kind"], meta.get("namespace"), meta["name"])
         values = list(spec.keyed(obj).values())
         if values:
-            self._overlay[ref] = (time.monotonic(), values[0])
+            now = time.monotonic()
+            self._overlay[ref] = (now, values[0])
+            if len(self._overlay) > self._prune_at:  # drop entries nobody read again
+                self._overlay = {
+                    k: v for k, v in self._overlay.items() if now - v[0] <= OVERLAY_SECONDS
+                }
+                self._prune_at = max(OVERLAY_PRUNE_AT, 2 * len(self._overlay))  # amortised O(1)
+        if obj["kind"] == c.KIND:
+            self._statuses[(meta.get("namespace"), meta["name"])] = meta.get("resourceVersion", "")
+
+    def echoes(self, body: Mapping[str, Any]) -> bool:
+        """Whether a watch event of a deployment only brings back our own last write (nothing
+        else changed since, or its resourceVersion would differ): no reason to reconcile."""
+        meta = body["metadata"]
+        rv = meta.get("resourceVersion")
+        return rv is not None and self._statuses.get((meta.get("namespace"), meta["name"])) == rv
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A deployment is gone."""
+        self._statuses.pop((namespace, name), None)
+        self._overlay.pop((c.KIND, namespace, name), None)
+
+    def changed(self, kind: str, obj: Mapping[str, Any], *, deleted: bool = False) -> bool:
+        """Whether a watch event of a child changes what the planner reads of it (its
+        projection, resourceVersion aside) since the last event: if not, it needs no reconcile."""
+        meta = obj["metadata"]
+        ref = (kind, meta.get("namespace"), meta["name"])
+        if deleted:
+            self._seen.pop(ref, None)
+            return True
+        values = list(BY_NAME[kind].keyed(obj).values())
+        if values:
+            plain = {**values[0], "metadata": {k: v for k, v in values[0]["metadata"].items()
+                                               if k != "resourceVersion"}}
+            digest = hash(json.dumps(plain, sort_keys=True, default=str))
+        else:
+            digest = 0
+        if self._seen.get(ref) == digest:
+            return False
+        self._seen[ref] = digest
+        return True
 
     def secret_keys(self, namespace: str, name: str) -> list[str] | None:
         secret = self.get("Secret", namespace, name)
@@ -305,12 +326,6 @@ class Cache:
 
     def repository_revisions(self, namespace: str, name: str) -> list[str]:
         return sorted(set(self._values(REVISIONS, (namespace, name))))
-
-    def failed_pods(self, namespace: str, job: str) -> list[Obj]:
-        return self._values(FAILED_PODS, (namespace, job))
-
-    def unschedulable_pods(self, namespace: str, name: str) -> list[Obj]:
-        return self._values(UNSCHEDULABLE, (namespace, name))
 
     def gpu_nodes(self, product: str) -> int:
         return len(self._values(GPU_NODES, product))

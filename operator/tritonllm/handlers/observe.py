@@ -1,13 +1,20 @@
-"""Read the world of one deployment, from the watch caches: everything the planner's Observed
-holds. No API request (tritonllm.handlers.cache)."""
+"""Read the world of one deployment: everything the planner's Observed holds.
+
+From the watch caches (tritonllm.handlers.cache), with no API request, except for pods, which are
+not watched: the pods of a failed Job (their termination messages say why) and the serving pods
+while a rollout is not done (the scheduler's complaint) are listed then, and only then.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
+from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
+from tritonllm.k8s.client import Kube
 from tritonllm.plan.observed import Observed, job_failed, unschedulable_message
 from tritonllm.render import Rendered, naming
 
@@ -16,7 +23,8 @@ from .cache import Cache
 Obj = dict[str, Any]
 
 
-def observe(
+async def observe(
+    kube: Kube,
     cache: Cache,
     settings: OperatorSettings,
     dep: TritonLLMDeployment,
@@ -25,6 +33,7 @@ def observe(
     engine: Obj | None,
     workload: Obj | None,
     now: dt.datetime,
+    pods: PodChecks,
 ) -> Observed:
     ns, spec = dep.namespace, dep.spec
     build_job = cache.get("Job", ns, r.build_job.name)
@@ -40,16 +49,16 @@ def observe(
         gpu_nodes=cache.gpu_nodes(product) if product else None,
         engine=engine,
         build_job=build_job,
-        build_pods=cache.failed_pods(ns, r.build_job.name) if job_failed(build_job) else [],
+        build_pods=await _failed_pods(kube, ns, build_job),
         repo_job=repo_job,
-        repo_pods=cache.failed_pods(ns, r.repository_job.name) if job_failed(repo_job) else [],
+        repo_pods=await _failed_pods(kube, ns, repo_job),
         workload=workload,
         live=_live(cache, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=cache.get("Secret", ns, naming.mpi_secret_name(dep)) is not None
         if multi
         else None,
-        unschedulable=_unschedulable(cache, dep, workload),
+        unschedulable=await pods.unschedulable(kube, dep, workload),
     )
 
 
@@ -70,14 +79,42 @@ def _live(cache: Cache, r: Rendered, workload: Obj | None) -> dict[tuple[str, st
     return live
 
 
-def _unschedulable(cache: Cache, dep: TritonLLMDeployment, workload: Obj | None) -> str | None:
-    if workload is None:
-        return None
-    desired = (workload.get("spec") or {}).get("replicas", 1)
-    ready = (workload.get("status") or {}).get("readyReplicas", 0)
-    if ready >= desired:
-        return None
-    return unschedulable_message(cache.unschedulable_pods(dep.namespace, dep.name))
+async def _failed_pods(kube: Kube, namespace: str, job: Obj | None) -> list[Obj]:
+    if job is None or not job_failed(job):
+        return []
+    return await kube.list("v1", "Pod", namespace, labels={"job-name": job["metadata"]["name"]})
+
+
+class PodChecks:
+    """The scheduler's complaint about a deployment's serving pods, looked up at most once per
+    RECHECK_SECONDS while its rollout is not done (every status change of a rolling workload
+    triggers a reconcile; the scheduler's verdict does not change that fast)."""
+
+    RECHECK_SECONDS = 15.0
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[float, str | None]] = {}
+
+    async def unschedulable(
+        self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None
+    ) -> str | None:
+        key = (dep.namespace, dep.name)
+        desired = ((workload or {}).get("spec") or {}).get("replicas", 1)
+        ready = ((workload or {}).get("status") or {}).get("readyReplicas", 0)
+        if workload is None or ready >= desired:
+            self._last.pop(key, None)
+            return None
+        now = time.monotonic()
+        checked = self._last.get(key)
+        if checked is not None and now - checked[0] < self.RECHECK_SECONDS:
+            return checked[1]
+        pods = await kube.list("v1", "Pod", dep.namespace, labels={c.LABEL_INSTANCE: dep.name})
+        message = unschedulable_message(pods)
+        self._last[key] = (now, message)
+        return message
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._last.pop((namespace, name), None)
 
 
 

@@ -1,10 +1,11 @@
 """kopf glue: what kopf watches and indexes, and which watch events lead to which reconcile.
 
-We use kopf's raw event handlers and a daemon rather than its create/update handlers: those keep
-per-object progress in annotations (writes on every change) while our reconcile is level-based and
-idempotent. kopf's `on.delete` is not used either: it would put a finalizer on every object (its
-`when=` filters are not consulted for finalizers). Our reconciler adds its finalizer only when
-storage.engineRetention is Delete and releases it in the pass that sees the deletion.
+We use kopf's raw event handlers and one daemon (the schedule) rather than its create/update
+handlers: those keep per-object progress in annotations (writes on every change) while our
+reconcile is level-based and idempotent. kopf's `on.delete` is not used either: it would put a
+finalizer on every object (its `when=` filters are not consulted for finalizers). Our reconciler
+adds its finalizer only when storage.engineRetention is Delete and releases it in the pass that
+sees the deletion.
 
 Every read of a reconcile is served from kopf indexes (tritonllm.handlers.cache), registered here
 by `configure` (which knows the settings) before kopf starts; the startup handler hands them to
@@ -22,7 +23,7 @@ import kopf
 
 from tritonllm.api import constants as c
 from tritonllm.api.settings import OperatorSettings
-from tritonllm.k8s.client import Kube, load_api_client
+from tritonllm.k8s.client import Kube
 
 from .cache import Cache, IndexSpec, index_specs
 from .reconciler import Reconciler
@@ -31,6 +32,9 @@ log = logging.getLogger("tritonllm.operator")
 
 _state: dict[str, Any] = {}
 MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
+# kopf's per-object workers, per watched kind, and how long an idle one lingers.
+WORKERS_PER_KIND = 64
+WORKER_IDLE_SECONDS = 1.0
 
 
 def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
@@ -47,7 +51,8 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
 
 
 def _indexer(spec: IndexSpec) -> Any:
-    def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    # async: kopf runs sync handlers in a thread pool, a thread hop per watch event.
+    async def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return spec.keyed(body)
 
     return index
@@ -56,7 +61,11 @@ def _indexer(spec: IndexSpec) -> Any:
 def reconciler() -> Reconciler:
     if "reconciler" not in _state:
         settings: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
-        kube = Kube(load_api_client(_state.get("kubeconfig")))
+        kube = Kube.from_kubeconfig(
+            _state.get("kubeconfig"),
+            concurrency=settings.api_concurrency,
+            timeout=settings.api_timeout_seconds,
+        )
         cache = Cache(_state.get("indices") or {})
         _state["reconciler"] = Reconciler(kube, settings, cache)
     r: Reconciler = _state["reconciler"]
@@ -68,6 +77,10 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     ours: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
     # Our own Events carry the reasons; kopf's log-to-event posting would duplicate them.
     settings.posting.enabled = False
+    # A burst (a thousand objects applied at once) is processed a bounded number of objects at a
+    # time per kind: the rest waits unread in the watch stream instead of parsed in memory.
+    settings.queueing.worker_limit = WORKERS_PER_KIND
+    settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = ours.api_timeout_seconds
@@ -87,28 +100,42 @@ async def cleanup(**_: Any) -> None:
     r = _state.get("reconciler")
     if r is not None:
         await asyncio.wait_for(r.wait_idle(), timeout=30)
+        await r.kube.close()
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def deployment_event(event: dict[str, Any], namespace: str, name: str, **_: Any) -> None:
+async def deployment_event(
+    event: dict[str, Any], body: kopf.Body, namespace: str, name: str, **_: Any
+) -> None:
+    r = reconciler()
     if event.get("type") == "DELETED":
-        reconciler().forget(namespace, name)
+        r.forget(namespace, name)
         return
-    reconciler().request(namespace, name)
+    if r.cache.echoes(body):
+        return  # the status the last reconcile wrote, and nothing else
+    r.request(namespace, name)
 
 
-@kopf.daemon(c.GROUP, c.VERSION, c.PLURAL, cancellation_timeout=1.0)
-async def resync(namespace: str, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
-    """Per object, while this replica acts for it (kopf stops daemons while peering pauses the
-    replica, and when the object goes): the next reconcile at the time the last one asked for
-    (Plan.requeue_after), else every resync period as a level-based safety net."""
-    await reconciler().keep_scheduled(namespace, name, stopped)
+def _schedule_anchor(name: str, **_: Any) -> bool:
+    """The Namespace whose daemon runs the schedule: one that exists while we run (the first
+    watched namespace, else `default`)."""
+    settings: OperatorSettings = _state.get("settings") or OperatorSettings.from_env()
+    return name == (settings.namespaces[0] if settings.namespaces else "default")
+
+
+@kopf.daemon("v1", "namespaces", when=_schedule_anchor, cancellation_timeout=1.0)
+async def resync(stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """The schedule of every deployment (tritonllm.handlers.schedule): the next reconcile at the
+    time the last one asked for (Plan.requeue_after), else every resync period as a level-based
+    safety net. A kopf daemon, so that it runs only while this replica acts: kopf stops it when
+    peering pauses the replica and starts it again (re-listing) when the replica resumes."""
+    await reconciler().schedule.run(stopped)
 
 
 def _without_finalizer(fn: Any) -> None:
     """kopf marks every daemon as needing a finalizer (to stop it before the object goes). Ours
-    only schedules reconciles, which cope with a vanished object, so it needs none: a
-    finalizer here would make every deletion wait for a running operator.
+    only schedules reconciles, so it needs none: a finalizer here would put ours on a
+    Namespace and make its deletion wait for a running operator.
     tests/unit/test_handlers.py checks this against the installed kopf."""
     registry = kopf.get_default_registry()._spawning
     registry._handlers = [
@@ -129,8 +156,10 @@ def _owner_instances(body: dict[str, Any]) -> list[str]:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
     """A build Job is shared by every deployment with its engine key; a repository Job has one."""
+    if not reconciler().cache.changed("Job", body, deleted=event.get("type") == "DELETED"):
+        return  # nothing the planner reads changed (e.g. only the count of active pods)
     labels = body["metadata"].get("labels") or {}
     names = set(_owner_instances(body))
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
@@ -140,12 +169,17 @@ async def job_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def workload_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
-    for n in _owner_instances(body):
-        reconciler().request(namespace, n)
+async def workload_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
+    _workload_event("Deployment", event, body, namespace)
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
-async def lws_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+async def lws_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
+    _workload_event("LeaderWorkerSet", event, body, namespace)
+
+
+def _workload_event(kind: str, event: dict[str, Any], body: kopf.Body, namespace: str) -> None:
+    if not reconciler().cache.changed(kind, body, deleted=event.get("type") == "DELETED"):
+        return  # e.g. only a condition's timestamp moved
     for n in _owner_instances(body):
         reconciler().request(namespace, n)

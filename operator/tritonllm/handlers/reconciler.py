@@ -5,11 +5,10 @@ more afterwards, so a burst of child events costs one extra pass, never a pile-u
 the current state from what the watches delivered (tritonllm.handlers.cache: no read request), so
 it does not matter which event triggered it (level-based).
 
-When to look again without an event: every pass ends by scheduling the object's next reconcile,
-at the plan's `requeue_after` (a backoff running out, a build or rollout under way, a missing
-prerequisite) or else one resync period later; a failed pass is retried with a growing delay. The
-schedule is kept by a kopf daemon per object (`keep_scheduled`), so it runs only while this replica
-acts for the object: kopf stops daemons when peering pauses the replica or the object goes.
+When to look again without an event: every pass ends by scheduling the object's next reconcile
+(tritonllm.handlers.schedule), at the plan's `requeue_after` (a backoff running out, a build or
+rollout under way, a missing prerequisite) or else one resync period later; a failed pass is
+retried with a growing delay. The schedule runs only while this replica acts (peering).
 """
 
 from __future__ import annotations
@@ -20,36 +19,32 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import InvalidDeployment, parse_deployment
+from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.deletion import FINALIZER, plan_deletion
 from tritonllm.plan.engine import is_cache_hit, record_status
-from tritonllm.plan.reconcile import Observed, plan, plan_invalid
+from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
 from tritonllm.render import RenderOptions, naming, render_all, validate
 
 from .cache import Cache
 from .execute import execute
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
-from .observe import observe
+from .observe import PodChecks, observe
+from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
 
 Key = tuple[str, str]
 Logger = logging.LoggerAdapter[Any]
 
+PASSES_PER_CLIENT_SLOT = 2
 # A failed pass is retried after this many seconds, doubling per consecutive failure (up to the
 # resync period).
 ERROR_REQUEUE_SECONDS = 5.0
-
-
-class Stopped(Protocol):
-    """kopf's DaemonStopped, as far as the schedule uses it."""
-
-    def __bool__(self) -> bool: ...
 
 
 class Reconciler:
@@ -71,10 +66,13 @@ class Reconciler:
         self._dirty: set[Key] = set()
         self._conditions = ConditionGauge()
         self._engine_locks: dict[Key, asyncio.Lock] = {}
-        self._due: dict[Key, float] = {}  # loop time of each object's next reconcile
-        self._wakeups: dict[Key, asyncio.Event] = {}  # the daemons keeping the schedule
+        self.schedule = Schedule(self.request)
+        self._pods = PodChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
+        # Passes in flight at once: enough to keep the API client busy; more would only hold
+        # more rendered objects in memory while waiting for it (a burst of 1000 new objects).
+        self._passes = asyncio.Semaphore(PASSES_PER_CLIENT_SLOT * settings.api_concurrency)
 
     # --- scheduling ------------------------------------------------------------------------
 
@@ -89,8 +87,10 @@ class Reconciler:
     async def _loop(self, key: Key) -> None:
         try:
             while True:
-                self._dirty.discard(key)
-                self._schedule(key, await self.reconcile(*key))
+                async with self._passes:
+                    self._dirty.discard(key)
+                    requeue = await self.reconcile(*key)
+                self._schedule(key, requeue)
                 if key not in self._dirty:
                     return
         finally:
@@ -102,36 +102,11 @@ class Reconciler:
             self._gone.discard(key)
             return
         resync = self.settings.resync_seconds
-        delay = resync if requeue_after is None else min(requeue_after, resync)
-        self._due[key] = asyncio.get_running_loop().time() + delay
-        wakeup = self._wakeups.get(key)
-        if wakeup is not None:
-            wakeup.set()
+        self.schedule.at(key, resync if requeue_after is None else min(requeue_after, resync))
 
     def next_reconcile_in(self, namespace: str, name: str) -> float | None:
         """Seconds until the scheduled reconcile of an object (None: none scheduled)."""
-        due = self._due.get((namespace, name))
-        return None if due is None else due - asyncio.get_running_loop().time()
-
-    async def keep_scheduled(self, namespace: str, name: str, stopped: Stopped) -> None:
-        """Run by the per-object kopf daemon: request each reconcile when it is due."""
-        key = (namespace, name)
-        loop = asyncio.get_running_loop()
-        wakeup = self._wakeups[key] = asyncio.Event()
-        self._due.setdefault(key, loop.time() + self.settings.resync_seconds)
-        try:
-            while not stopped:
-                delay = self._due[key] - loop.time()
-                if delay <= 0:
-                    self._due[key] = loop.time() + self.settings.resync_seconds
-                    self.request(namespace, name)
-                    continue
-                wakeup.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), timeout=delay)
-        finally:
-            if self._wakeups.get(key) is wakeup:
-                del self._wakeups[key]
+        return self.schedule.due_in((namespace, name))
 
     async def wait_idle(self) -> None:
         while self._running:
@@ -140,7 +115,9 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self._conditions.forget(key)
-        self._due.pop(key, None)
+        self.cache.forget(namespace, name)
+        self.schedule.cancel(key)
+        self._pods.forget(namespace, name)
         self._failures.pop(key, None)
         self._gone.add(key)
 
@@ -194,6 +171,20 @@ class Reconciler:
         uid = body["metadata"].get("uid", "")
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
+        async with self._engine_guard(dep.namespace, key):
+            decision = await self._plan_and_execute(body, dep, key, now, logger)
+        self._record(body, decision.status)
+        return decision.requeue_after
+
+    async def _plan_and_execute(
+        self,
+        body: dict[str, Any],
+        dep: TritonLLMDeployment,
+        key: str,
+        now: dt.datetime,
+        logger: Logger,
+    ) -> Plan:
+        uid = dep.metadata.uid or ""
         engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
         opts = RenderOptions(
@@ -204,13 +195,24 @@ class Reconciler:
             else None,
         )
         rendered = render_all(dep, opts)
-        obs = observe(self.cache, self.settings, dep, rendered, engine=engine, workload=workload,
-                      now=now)
-        async with self._engine_lock(dep.namespace, key):
-            decision = plan(body, dep, rendered, obs)
-            await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
-        self._record(body, decision.status)
-        return decision.requeue_after
+        obs = await observe(
+            self.kube, self.cache, self.settings, dep, rendered,
+            engine=engine, workload=workload, now=now, pods=self._pods,
+        )
+        decision = plan(body, dep, rendered, obs)
+        await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
+        return decision
+
+    def _engine_guard(
+        self, namespace: str, key: str
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """While an engine is not Ready, the deployments sharing it plan one at a time (each sees
+        the record and Job the one before wrote: one build, failures counted once). A Ready
+        engine is only read, so its users reconcile in parallel."""
+        engine = self.cache.get(c.ENGINE_KIND, namespace, key)
+        if record_status(engine).state == "Ready":
+            return contextlib.nullcontext()
+        return self._engine_lock(namespace, key)
 
     def _engine_lock(self, namespace: str, key: str) -> asyncio.Lock:
         return self._engine_locks.setdefault((namespace, key), asyncio.Lock())

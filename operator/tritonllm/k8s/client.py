@@ -1,27 +1,34 @@
 """The only code that talks to the Kubernetes API server.
 
-A thin, typed layer over the `kubernetes` client's ApiClient: it sends the objects tritonllm.render
-built (Manifests) and hands back what it reads as plain dicts; every write is a server-side apply
-with field manager ``tritonllm`` (or a finalizer/scale merge patch), and every call is counted in
-Prometheus metrics by verb and kind, so "a reconcile of an unchanged object writes nothing" is
-measurable. Blocking client calls run in worker threads.
+An asyncio client over aiohttp (the HTTP stack kopf already runs on): it sends the objects
+tritonllm.render built (Manifests); every write is a server-side apply with field manager
+``tritonllm`` (or a finalizer/scale merge patch), and every call is counted in Prometheus metrics
+by verb and kind, so "a reconcile of an unchanged object writes nothing" is measurable. Not the
+`kubernetes` package: it is not needed, and loading it alone costs the process about 45 MiB.
+
+At most `concurrency` requests are in flight (the operator's client concurrency). When requests
+wait for a slot, the ones that make the cluster converge (children applied, deleted, scaled) go
+before the ones that report on it (status writes, Events): under a burst, workloads start as
+soon as the API server allows, and the bookkeeping follows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
+import itertools
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
+import aiohttp
 from prometheus_client import Counter
 
 from tritonllm.api import constants as c
+
+from .auth import Credentials, load_credentials
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +36,38 @@ API_CALLS = Counter(
     "tritonllm_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "kind"]
 )
 WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
+DEFAULT_CONCURRENCY = 16
+CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
+
+
+class Slots:
+    """A semaphore whose waiters are served by priority, then in arrival order."""
+
+    def __init__(self, n: int) -> None:
+        self._free = n
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrival = itertools.count()
+
+    async def acquire(self, priority: int) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (priority, next(self._arrival), granted))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self.release()  # granted, but its task was cancelled before it could use it
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            _, _, granted = heapq.heappop(self._waiters)
+            if not granted.done():
+                granted.set_result(None)  # the slot passes on directly
+                return
+        self._free += 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,16 +76,14 @@ class Resource:
     namespaced: bool = True
 
 
-# Kinds the operator reads or writes: (apiVersion, kind) -> REST resource.
+# Kinds the operator writes (and pods, which it lists): (apiVersion, kind) -> REST resource.
 RESOURCES: dict[tuple[str, str], Resource] = {
     ("v1", "ConfigMap"): Resource("configmaps"),
     ("v1", "Secret"): Resource("secrets"),
     ("v1", "Service"): Resource("services"),
-    ("v1", "PersistentVolumeClaim"): Resource("persistentvolumeclaims"),
     ("v1", "Pod"): Resource("pods"),
+    ("v1", "PersistentVolumeClaim"): Resource("persistentvolumeclaims"),
     ("v1", "Event"): Resource("events"),
-    ("v1", "Node"): Resource("nodes", namespaced=False),
-    ("v1", "Namespace"): Resource("namespaces", namespaced=False),
     ("batch/v1", "Job"): Resource("jobs"),
     ("apps/v1", "Deployment"): Resource("deployments"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): Resource("leaderworkersets"),
@@ -73,7 +110,7 @@ class Sendable(Protocol):
 
 
 class KubeError(RuntimeError):
-    """An API call failed for a reason other than 'not found'."""
+    """An API call failed (the caller decides whether 404 or 409 is one)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
@@ -82,15 +119,13 @@ class KubeError(RuntimeError):
         self.message = message
 
 
-def _error(exc: ApiException) -> KubeError:
-    message = exc.reason or ""
+def _error(status: int, reason: str, text: str) -> KubeError:
+    """A KubeError from an error response (a metav1.Status, when the server sends one)."""
     try:
-        body = json.loads(exc.body or "{}")
-        message = body.get("message", message)
-        reason = body.get("reason", exc.reason or "")
+        body = json.loads(text)
+        return KubeError(status, str(body.get("reason", reason)), str(body.get("message", text)))
     except (ValueError, AttributeError):
-        reason = exc.reason or ""
-    return KubeError(exc.status or 0, str(reason), str(message))
+        return KubeError(status, reason, text)
 
 
 def path_for(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -102,24 +137,42 @@ def path_for(api_version: str, kind: str, namespace: str | None, name: str | Non
     return f"{base}/{name}" if name else base
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
-    """KUBECONFIG/--kubeconfig when given or present, else the in-cluster service account."""
-    configuration = k8s_client.Configuration()
-    try:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (k8s_config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    return k8s_client.ApiClient(configuration)
-
-
 class Kube:
-    """Async facade over one ApiClient."""
+    """An async client of one API server, for one event loop."""
 
-    def __init__(self, api: k8s_client.ApiClient, field_manager: str = c.FIELD_MANAGER) -> None:
-        self.api = api
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        field_manager: str = c.FIELD_MANAGER,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        timeout: float = 60.0,
+    ) -> None:
+        self.credentials = credentials
         self.field_manager = field_manager
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._slots: Slots | None = None
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None, **kwargs: Any) -> Kube:
+        """--kubeconfig/KUBECONFIG/~/.kube/config when present, else the pod's service account."""
+        return cls(load_credentials(kubeconfig), **kwargs)
+
+    def _open(self) -> tuple[aiohttp.ClientSession, Slots]:
+        if self._session is None or self._slots is None:
+            connector = aiohttp.TCPConnector(limit=self.concurrency, ssl=self.credentials.ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
+            )
+            self._slots = Slots(self.concurrency)
+        return self._session, self._slots
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _call(
         self,
@@ -133,59 +186,41 @@ class Kube:
         content_type: str = "application/json",
     ) -> Any:
         API_CALLS.labels(verb, kind).inc()
-
-        def call() -> Any:
-            return self.api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                response_type="object",
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _preload_content=True,
-                _request_timeout=60,
-            )
-
+        session, slots = self._open()
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        auth = self.credentials.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        data = None if body is None else json.dumps(body)
+        reporting = verb == "event" or kind.endswith("/status")
+        await slots.acquire(REPORT if reporting else CONVERGE)
         try:
-            return await asyncio.to_thread(call)
-        except ApiException as exc:
-            raise _error(exc) from None
+            async with session.request(
+                method, self.credentials.server + path, params=query or [], data=data,
+                headers=headers,
+            ) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise _error(resp.status, resp.reason or "", text)
+                return json.loads(text) if text else None
+        finally:
+            slots.release()
 
-    # --- reads -----------------------------------------------------------------------------
-
-    async def get(
-        self, api_version: str, kind: str, namespace: str | None, name: str
-    ) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = await self._call(
-                "get", kind, "GET", path_for(api_version, kind, namespace, name)
-            )
-            return obj
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+    # --- reads (the rest comes from the watches: tritonllm.handlers.cache) -------------------
 
     async def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None,
-        *,
-        labels: dict[str, str] | None = None,
+        self, api_version: str, kind: str, namespace: str, *, labels: Mapping[str, str]
     ) -> list[dict[str, Any]]:
-        query = []
-        if labels:
-            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items())))
+        """The objects of a kind in a namespace with these labels."""
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
         out = await self._call(
-            "list", kind, "GET", path_for(api_version, kind, namespace), query=query
+            "list",
+            kind,
+            "GET",
+            path_for(api_version, kind, namespace),
+            query=[("labelSelector", selector)],
         )
         items: list[dict[str, Any]] = out.get("items", [])
-        for item in items:  # list items carry no apiVersion/kind
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
         return items
 
     # --- writes ----------------------------------------------------------------------------

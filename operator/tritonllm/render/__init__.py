@@ -4,6 +4,7 @@ model-repository file it needs. No I/O, no cluster: `tritonllm render` and the o
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -84,7 +85,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
     bplan = plans.engine_plan(dep, key)
     # The build Job takes one serving pod's GPUs; a download (llmapi) needs none.
     gpus = 0 if spec.runtime == "llmapi" else spec.topology.gpus_per_pod
-    repo_files = render_repository(dep, engine_dir=e_dir, tokenizer_dir=naming.tokenizer_dir(dep))
+    repo_files = repository_files(dep, e_dir, naming.tokenizer_dir(dep))
     keyed = plans.keyed_plans(dep, key, repo_files)
     repo_key = keyed.repository_key
     workload = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
@@ -110,6 +111,31 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         endpoint=serving.endpoint(dep, opts),
         selector=naming.selector_string(dep),
     )
+
+
+# The model repository is the costly part of rendering (every config.pbtxt), and it depends only
+# on the spec and two paths: deployments with equal specs, and every reconcile of an unchanged
+# one, share it. A few recent specs are kept (each is some tens of KiB of text).
+_REPOSITORIES: collections.OrderedDict[tuple[str, str, str], dict[str, str]] = (
+    collections.OrderedDict()
+)
+REPOSITORY_MEMO_SIZE = 32
+
+
+def repository_files(
+    dep: TritonLLMDeployment, engine_dir: str, tokenizer_dir: str
+) -> dict[str, str]:
+    """render_repository, memoised on the spec and the paths (a fresh dict each call)."""
+    key = (dep.spec.model_dump_json(), engine_dir, tokenizer_dir)
+    files = _REPOSITORIES.get(key)
+    if files is None:
+        files = render_repository(dep, engine_dir=engine_dir, tokenizer_dir=tokenizer_dir)
+        _REPOSITORIES[key] = files
+        if len(_REPOSITORIES) > REPOSITORY_MEMO_SIZE:
+            _REPOSITORIES.popitem(last=False)
+    else:
+        _REPOSITORIES.move_to_end(key)
+    return dict(files)
 
 
 def _manifest(body: dict[str, Any] | None) -> Manifest | None:
