@@ -28,6 +28,7 @@ from tritonllm.cluster.testing import wait_for
 
 TRITONLLM = str(Path(sys.executable).with_name("tritonllm"))
 WRITE_VERBS = ("apply", "patch", "create", "delete", "event")
+READ_VERBS = ("get", "list")
 
 
 def free_port() -> int:
@@ -63,6 +64,9 @@ class Operator:
 
     def writes(self) -> float:
         return sum(self.metric("tritonllm_api_calls_total", verb=v) for v in WRITE_VERBS)
+
+    def reads(self) -> float:
+        return sum(self.metric("tritonllm_api_calls_total", verb=v) for v in READ_VERBS)
 
     def healthy(self) -> bool:
         try:
