@@ -182,4 +182,4 @@ def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
     step = r.build_plan["steps"][1]
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
                     "revision": "main", "localDir": "/store/models/hf/org/tok/main",
-                    "tokenEnv": None}
+                    "tokenFile": None}

@@ -61,6 +61,10 @@ TOOLS_MOUNT: Final = (
 )
 PLAN_MOUNT: Final = "/etc/tritonllm"  # rendered plans (ConfigMap)
 SHM_MOUNT: Final = "/dev/shm"
+SCRATCH_MOUNT: Final = "/tmp"  # writable emptyDir: TMPDIR, HOME, Open MPI's session directory
+# The Hugging Face token (spec.model.credentials), mounted only into the pods that download.
+HF_TOKEN_MOUNT: Final = "/var/run/secrets/tritonllm/hf"
+HF_TOKEN_FILE: Final = f"{HF_TOKEN_MOUNT}/token"
 
 # --- multi-node MPI over SSH (docs/in-pod.md) ---------------------------------------------
 MPI_SSH_PORT: Final = 2222  # the workers' sshd

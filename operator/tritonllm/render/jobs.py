@@ -32,10 +32,14 @@ from .pod import (
     metadata,
     pod_labels,
     pod_spec_common,
+    scratch_mount,
+    scratch_volume,
     shm_volume,
     store_mounts,
     store_placement,
     store_volumes,
+    token_mounts,
+    token_volume,
     tools_init_container,
 )
 
@@ -78,6 +82,9 @@ def _build_pod_spec(
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+            scratch_mount(),
+            # The download step reads the Hugging Face token from this file (no env var).
+            *token_mounts(dep),
         ],
         "securityContext": container_security(dep),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -94,13 +101,15 @@ def _build_pod_spec(
     return {
         **(common if gpus else {"securityContext": common["securityContext"]}),
         "restartPolicy": "Never",
-        "initContainers": [tools_init_container(opts)],
+        "initContainers": [tools_init_container(dep, opts)],
         "containers": [container],
         "volumes": [
             *store_volumes(dep),
             {"name": TOOLS_VOLUME, "emptyDir": {}},
             {"name": PLAN_VOLUME, "configMap": {"name": name}},
             shm_volume(dep),
+            scratch_volume(),
+            *token_volume(dep),
         ],
     }
 

@@ -33,6 +33,8 @@ from .pod import (
     metadata,
     pod_labels,
     pod_spec_common,
+    scratch_mount,
+    scratch_volume,
     shm_volume,
     store_mounts,
     store_volumes,
@@ -100,6 +102,7 @@ def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+            scratch_mount(),
         ],
         "securityContext": container_security(dep),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -122,6 +125,7 @@ def _volumes(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
         {"name": TOOLS_VOLUME, "emptyDir": {}},
         {"name": PLAN_VOLUME, "configMap": {"name": cm, "items": items}},
         shm_volume(dep),
+        scratch_volume(),
     ]
     if dep.spec.topology.multi_node:
         secret = {"secretName": naming.mpi_secret_name(dep), "defaultMode": 0o400}
@@ -156,7 +160,7 @@ def _pod_template(
             **pod_spec_common(dep),
             # Long enough for tritonserver to drain in-flight requests after SIGTERM.
             "terminationGracePeriodSeconds": 60,
-            "initContainers": [tools_init_container(opts)],
+            "initContainers": [tools_init_container(dep, opts)],
             "containers": [_container(dep, opts, role)],
             "volumes": _volumes(dep, repo_key),
         },
