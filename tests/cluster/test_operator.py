@@ -374,6 +374,12 @@ def test_retention_delete_forgets_unused_engines_and_never_blocks(
         cluster.kubectl("delete", "tllm", "xi", "-n", namespace, "--timeout=90s")
     key = obj["status"]["engine"]["key"]
     assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode != 0
+    # The engine's files go too: a Job removes them from the store (run for real on the real
+    # node in tests/cluster/test_real_flow.py).
+    job = cluster.kubectl_json("get", "job", f"tritonllm-clean-{key}", "-n", namespace)
+    (ctr,) = job["spec"]["template"]["spec"]["containers"]
+    assert ctr["command"][:3] == ["rm", "-rf", "--"] and f"/store/engines/{key}" in ctr["command"]
+    assert not job["metadata"].get("ownerReferences")
 
 
 def test_deletion_is_never_blocked_when_the_operator_is_gone(

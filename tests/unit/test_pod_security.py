@@ -18,7 +18,8 @@ from tests.cases import EXAMPLES, cr
 from tests.helpers import example
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.render import Rendered, render_all
+from tritonllm.render import RenderOptions, Rendered, render_all
+from tritonllm.render.jobs import engine_cleanup_job
 
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                       "persistentVolumeClaim", "projected", "secret"}
@@ -131,3 +132,16 @@ def test_multi_node_serving_passes_restricted_too() -> None:
         assert restricted_violations(specs[role]) == [], role
         ssh = next(v for v in specs[role]["volumes"] if v["name"] == "mpi-ssh")
         assert ssh["secret"]["defaultMode"] == 0o400
+
+
+def test_the_engine_cleanup_job_passes_restricted_and_removes_only_that_engine() -> None:
+    d = example("cpu-standin")
+    job = engine_cleanup_job(d, "abc123", RenderOptions(tools_image="op:1"))
+    pod = job["spec"]["template"]["spec"]
+    assert restricted_violations(pod) == []
+    (ctr,) = pod["containers"]
+    assert ctr["command"] == ["rm", "-rf", "--", "/store/engines/abc123",
+                              "/store/checkpoints/abc123"]
+    # Placed where the node-local store is, with no owner (its deployment is being deleted).
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "real-0"}
+    assert "ownerReferences" not in job["metadata"]

@@ -39,6 +39,7 @@ COMPONENT_SERVER: Final = "server"
 COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
+COMPONENT_CLEANUP: Final = "engine-cleanup"  # removes an engine's files (engineRetention Delete)
 COMPONENT_STORE: Final = "model-store"
 
 # --- annotations --------------------------------------------------------------------------

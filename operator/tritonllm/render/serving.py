@@ -42,6 +42,8 @@ from .pod import (
 )
 
 PROBE_PERIOD_SECONDS = 10
+# Seconds a deleted serving pod keeps serving before its SIGTERM (endpoint removal propagates).
+PRESTOP_SLEEP_SECONDS = 5
 # Startup budget: loading a cached engine from the store is minutes; the first load after a
 # build (cold page cache) or an llmapi load (weights read and compiled at start) takes longer.
 STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
@@ -110,6 +112,11 @@ def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict
     if role != "worker":
         container["ports"] = _ports()
         container.update(probes(opts))
+        # A deleted pod leaves the Service's endpoints while the kubelet starts stopping it:
+        # serving on for a few seconds before SIGTERM lets every kube-proxy stop sending it new
+        # requests first, so a rollout or a pod deletion loses none (tritonserver then drains
+        # what is in flight within --exit-timeout-secs).
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}}
     if dep.spec.topology.multi_node:
         container["volumeMounts"].append(
             {"name": "mpi-ssh", "mountPath": c.MPI_SSH_MOUNT, "readOnly": True}
