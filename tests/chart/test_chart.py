@@ -82,6 +82,19 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
 
 
 @pytest.mark.chart
+def test_template_renders_a_kopf_peering_per_watched_namespace(helm: str) -> None:
+    docs = template(helm, "settings.namespaces={team-a,team-b}")
+    peerings = [(d["kind"], d["metadata"].get("namespace")) for d in docs
+                if d["apiVersion"].startswith("kopf.dev/")]
+    assert peerings == [("KopfPeering", "team-a"), ("KopfPeering", "team-b")]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in ctr["volumeMounts"]
+
+
+@pytest.mark.chart
 def test_template_refuses_replicas_without_peering(helm: str) -> None:
     args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering="]
     proc = run_helm(helm, *args, check=False)

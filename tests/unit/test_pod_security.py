@@ -18,7 +18,7 @@ from tests.cases import EXAMPLES, cr
 from tests.helpers import example
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.render import RenderOptions, Rendered, render_all
+from tritonllm.render import Rendered, RenderOptions, render_all
 from tritonllm.render.jobs import engine_cleanup_job
 
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
