@@ -101,11 +101,10 @@ def _operator_pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
 
 
 def _active(cluster: LocalCluster, ns: str, peering: str) -> str:
-    """The pod whose kopf peer has the highest priority (kopf's peer id starts with the host
-    name, which is the pod name)."""
+    """The pod whose kopf peer has the highest priority (the chart sets kopf's peer id to the
+    pod's name)."""
     peers = cluster.kubectl_json("get", "kopfpeering", peering, "-n", ns).get("status") or {}
-    best = max(peers.items(), key=lambda kv: kv[1]["priority"])[0]
-    return best.split("@")[0]
+    return str(max(peers.items(), key=lambda kv: kv[1]["priority"])[0])
 
 
 def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
