@@ -59,6 +59,10 @@ def test_example_reaches_ready(
     cluster: LocalCluster, namespace: str, tmp_path: Path, path: Path
 ) -> None:
     prepare_namespace(cluster, namespace)
+    # The API server's Pod Security admission checks every pod the operator renders (build,
+    # repository, serving; LeaderWorkerSet groups too): `restricted` admits them all as rendered.
+    cluster.kubectl("label", "namespace", namespace,
+                    "pod-security.kubernetes.io/enforce=restricted")
     obj = load_example(path.stem, namespace)
     with run_operator(cluster, namespace, tmp_path):
         start = time.monotonic()
