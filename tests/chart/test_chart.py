@@ -77,8 +77,10 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     c = pod["containers"][0]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["TRITONLLM_PEERING"] == "tritonllm" and dep["spec"]["replicas"] == 2
+    # kopf's peer id is the pod's name: the KopfPeering shows which pod acts.
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 @pytest.mark.chart
