@@ -400,3 +400,31 @@ INVALID: list[Invalid] = [
         says="memory",
     ),
 ]
+
+
+# Text that `tritonllm render` must refuse as the API server does (exit 2, one line naming the
+# problem, never a traceback): (id, YAML text, a substring of the error).
+_GOOD = (
+    "apiVersion: tritonllm.io/v1alpha1\nkind: TritonLLMDeployment\nmetadata: {name: demo}\n"
+    "spec:\n  image: nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3\n"
+    "  model: {source: hf://meta-llama/Llama-2-7b-hf}\n"
+)
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6)
+)
+BAD_YAML: list[tuple[str, str, str]] = [
+    ("duplicate-key", _GOOD + "  image: other\n", "duplicate key 'image'"),
+    ("no-kind", _GOOD.replace("kind: TritonLLMDeployment\n", ""), "kind: is required"),
+    ("no-api-version", _GOOD.replace("apiVersion: tritonllm.io/v1alpha1\n", ""),
+     "apiVersion: is required"),
+    ("metadata-not-a-mapping", _GOOD.replace("metadata: {name: demo}", "metadata: [demo]"),
+     "metadata: must be a mapping"),
+    ("metadata-a-string", _GOOD.replace("metadata: {name: demo}", "metadata: demo"),
+     "metadata: must be a mapping"),
+    ("spec-a-list", _GOOD.split("spec:")[0] + "spec: [1, 2]\n", "spec: must be a mapping"),
+    ("quoted-number", _GOOD + "  engine: {parallelism: {tensor: '2'}}\n",
+     "spec.engine.parallelism.tensor"),
+    ("alias-bomb", _GOOD + "  podTemplate: {annotations: {x: y}}\n" + "---\n" + _BOMB,
+     "alias bomb"),
+    ("not-yaml", _GOOD + "  : : [\n", "not valid YAML"),
+]
