@@ -78,6 +78,13 @@ class FakeKube:
                 out.append(copy.deepcopy(obj))
         return out
 
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        self._record("get", kind, name)
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
     # --- writes --------------------------------------------------------------------------------
 
     async def apply(self, obj: Sendable) -> dict[str, Any]:

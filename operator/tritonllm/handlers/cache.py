@@ -51,6 +51,16 @@ def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
     spec_hash = (meta.get("annotations") or {}).get(c.ANNOTATION_SPEC_HASH)
     if spec_hash is not None:
         out["annotations"] = {c.ANNOTATION_SPEC_HASH: spec_hash}
+    # Whose the object is (tritonllm.plan.ownership): the managed-by label and the owners.
+    managed_by = (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY)
+    if managed_by is not None and "labels" not in out:
+        out["labels"] = {c.LABEL_MANAGED_BY: managed_by}
+    owners = [
+        {k: r[k] for k in ("kind", "name", "uid") if k in r}
+        for r in meta.get("ownerReferences") or []
+    ]
+    if owners:
+        out["ownerReferences"] = owners
     return out
 
 

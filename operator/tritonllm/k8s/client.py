@@ -223,6 +223,21 @@ class Kube:
         items: list[dict[str, Any]] = out.get("items", [])
         return items
 
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """One object, or None when it does not exist (only before creating an object the
+        watches do not show: is the name free?)."""
+        try:
+            out: dict[str, Any] = await self._call(
+                "get", kind, "GET", path_for(api_version, kind, namespace, name)
+            )
+            return out
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     # --- writes ----------------------------------------------------------------------------
 
     async def apply(self, obj: Sendable) -> dict[str, Any]:
