@@ -297,6 +297,16 @@ INVALID: list[Invalid] = [
         says="parameter names",
     ),
     Invalid(
+        "network-policy-cidr-without-prefix",
+        cr({"networkPolicy": {"fromCidrs": ["10.0.0.1"]}}),
+        "networkPolicy.fromCidrs[0]",
+    ),
+    Invalid(
+        "network-policy-namespace-not-a-name",
+        cr({"networkPolicy": {"fromNamespaces": ["Ingress_NS"]}}),
+        "networkPolicy.fromNamespaces[0]",
+    ),
+    Invalid(
         "tp-quoted-number",
         cr({"engine": {"parallelism": {"tensor": "2"}}}),
         "engine.parallelism.tensor",

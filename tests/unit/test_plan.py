@@ -140,7 +140,8 @@ def kinds(p: Plan) -> list[str]:
 def test_fresh_object_creates_store_engine_record_and_build() -> None:
     w = World()
     p = w.step()
-    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service"]
+    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service",
+                        "NetworkPolicy"]
     assert w.engine_status["state"] == "Building"
     assert w.cond(c.COND_ENGINE_READY)["reason"] == "Building"
     assert w.cond(c.COND_PROGRESSING)["status"] == "True"

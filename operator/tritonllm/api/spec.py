@@ -519,6 +519,29 @@ class AutoscalingSpec(ApiModel):
     )
 
 
+# An IPv4 or IPv6 CIDR such as 10.0.0.0/8 or fd00::/8.
+CIDR_PATTERN = r"^([0-9]{1,3}([.][0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]+/[0-9]{1,3})$"
+
+
+class NetworkPolicySpec(ApiModel):
+    """The NetworkPolicy of the serving pods (ingress only; it takes effect where the cluster's
+    network plugin enforces NetworkPolicy)."""
+
+    enabled: bool = True
+    """Render a NetworkPolicy: the serving ports (HTTP, gRPC, metrics) are reachable from pods
+    of the deployment's namespace and from the sources below only; multi-node, sshd and MPI
+    traffic is allowed only between the serving pods of this deployment. Set false when
+    another tool manages the namespace's policies."""
+    fromNamespaces: list[DnsLabel] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
+    """Other namespaces whose pods may reach the serving ports (an ingress gateway's,
+    Prometheus')."""
+    fromCidrs: list[Annotated[str, Field(pattern=CIDR_PATTERN, max_length=43)]] = Field(
+        default_factory=list, max_length=MAX_MAP_ENTRIES
+    )
+    """IP ranges (CIDR, such as 10.0.0.0/8) that may reach the serving ports (a load
+    balancer's, clients outside the cluster)."""
+
+
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
@@ -614,6 +637,8 @@ class TritonLLMDeploymentSpec(ApiModel):
     """Autoscale replicas with an HPA; empty keeps serving.replicas fixed."""
     podTemplate: PodTemplate = Field(default_factory=PodTemplate)
     """Pod settings."""
+    networkPolicy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    """Who may reach the serving pods (a NetworkPolicy, on by default)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

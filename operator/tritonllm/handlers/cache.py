@@ -125,7 +125,7 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
 
 
 def project_child(obj: Mapping[str, Any]) -> Obj:
-    """ConfigMap, Service, HPA, PDB, PVC: identity and the spec hash."""
+    """ConfigMap, Service, HPA, PDB, NetworkPolicy, PVC: identity and the spec hash."""
     return {"metadata": _meta(obj, "labels")}
 
 
@@ -213,6 +213,8 @@ BY_NAME: dict[str, IndexSpec] = {
                ("autoscaling", "v2", "horizontalpodautoscalers"), project_child, managed=True),
         _named("tritonllm_budgets", "PodDisruptionBudget",
                ("policy", "v1", "poddisruptionbudgets"), project_child, managed=True),
+        _named("tritonllm_network_policies", "NetworkPolicy",
+               ("networking.k8s.io", "v1", "networkpolicies"), project_child, managed=True),
         _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
                project_child),
         _named("tritonllm_secrets", "Secret", ("", "v1", "secrets"), project_secret),

@@ -74,6 +74,7 @@ def _live(cache: Cache, r: Rendered, workload: Obj | None) -> dict[tuple[str, st
     for kind, current in (
         ("HorizontalPodAutoscaler", r.autoscaler),
         ("PodDisruptionBudget", r.disruption_budget),
+        ("NetworkPolicy", r.network_policy),
     ):
         if current is None:
             refs.append((kind, r.name))

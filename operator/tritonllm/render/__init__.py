@@ -56,6 +56,7 @@ class Rendered:
     workload: Manifest  # Deployment or LeaderWorkerSet
     autoscaler: Manifest | None  # HorizontalPodAutoscaler
     disruption_budget: Manifest | None  # PodDisruptionBudget
+    network_policy: Manifest | None  # NetworkPolicy of the serving pods
     # The model repository: relative path -> file content.
     repository: dict[str, str]
     build_plan: dict[str, Any]
@@ -73,6 +74,7 @@ class Rendered:
             self.repository_configmap,
             self.repository_job,
             self.service,
+            self.network_policy,
             self.workload,
             self.autoscaler,
             self.disruption_budget,
@@ -117,6 +119,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         workload=Manifest.of(workload(dep, repo_key, key, opts)),
         autoscaler=_manifest(serving.hpa(dep)),
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
+        network_policy=_manifest(serving.network_policy(dep)),
         repository=repo_files,
         build_plan=bplan,
         launch_plan=keyed.launch_plan,
