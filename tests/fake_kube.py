@@ -131,8 +131,12 @@ class FakeKube:
         name: str,
         *,
         propagation: str = "Background",
+        uid: str | None = None,
     ) -> bool:
         self._record("delete", kind, name)
+        live = self.objects.get((kind, namespace, name))
+        if uid and live is not None and live["metadata"].get("uid") != uid:
+            raise KubeError(409, "Conflict", "Precondition failed: UID in precondition")
         return self.objects.pop((kind, namespace, name), None) is not None
 
     async def post_event(self, event: Sendable) -> None:

@@ -141,3 +141,17 @@ def test_a_refused_write_becomes_a_condition_and_an_event() -> None:
     assert degraded["status"] == "True" and degraded["reason"] == r.QUOTA_EXCEEDED
     assert "ConfigMap/" in degraded["message"]
     assert [e["reason"] for e in kube.events] == [r.QUOTA_EXCEEDED]
+
+
+def test_another_objects_is_never_deleted() -> None:
+    body, dep = deployment()
+    theirs = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+              "metadata": {"name": "demo", "namespace": "default",
+                           "labels": {"app.kubernetes.io/managed-by": "tritonllm"},
+                           "ownerReferences": [{"kind": "TritonLLMDeployment", "name": "demo",
+                                                "uid": "uid-before"}]}}
+    kube = FakeKube([body, theirs])
+    plan = Plan(delete=[("policy/v1", "PodDisruptionBudget", "demo")])
+    with pytest.raises(NameConflict, match="PodDisruptionBudget/demo"):
+        asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
+    assert ("PodDisruptionBudget", "default", "demo") in kube.objects

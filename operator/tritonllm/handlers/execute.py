@@ -120,8 +120,12 @@ async def execute(
     uid = dep.metadata.uid or "" if dep is not None else ""
     await _apply(kube, cache, p, ns, uid, logger)
     for api_version, kind, obj_name in p.delete:
+        live = cache.get(kind, ns, obj_name)
+        if live is not None and not is_ours(live, uid):  # never delete another's object
+            raise NameConflict(conflict_message(kind, obj_name, live))
         try:
-            if await kube.delete(api_version, kind, ns, obj_name):
+            owner_uid = ((live or {}).get("metadata") or {}).get("uid")
+            if await kube.delete(api_version, kind, ns, obj_name, uid=owner_uid):
                 logger.info("deleted %s/%s", kind, obj_name)
         except KubeError as exc:
             raise WriteRefused("delete", kind, obj_name, exc) from exc

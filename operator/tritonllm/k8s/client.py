@@ -325,15 +325,20 @@ class Kube:
         name: str,
         *,
         propagation: str = "Background",
+        uid: str | None = None,
     ) -> bool:
-        """Delete; False when it was already gone."""
+        """Delete; False when it was already gone. With `uid`, only that very object (one
+        recreated under the name since it was seen is left alone: 409)."""
+        body: dict[str, Any] = {"propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             await self._call(
                 "delete",
                 kind,
                 "DELETE",
                 path_for(api_version, kind, namespace, name),
-                body={"propagationPolicy": propagation},
+                body=body,
             )
             return True
         except KubeError as exc:
