@@ -199,3 +199,24 @@ def test_refused_writes_end_in_a_condition_not_a_crash_loop(
     finally:
         cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
                         policy, check=False)
+
+
+def test_serving_pods_refused_by_a_quota_are_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A quota of one pod: the build and repository Jobs run one pod at a time, the second
+    serving replica is refused by the Deployment controller (not by a write of the operator),
+    and the deployment says so with the quota's words."""
+    prepare_namespace(cluster, namespace)
+    cluster.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+                    "metadata": {"name": "one-pod", "namespace": namespace},
+                    "spec": {"hard": {"pods": "1"}}}])
+    wait_for(lambda: cluster.kubectl_json("get", "resourcequota", "one-pod", "-n",
+                                          namespace).get("status", {}).get("hard"),
+             timeout=30, what="quota status")
+    with run_operator(cluster, namespace, tmp_path, resync=RESYNC):
+        cluster.apply([tllm("zeta", namespace, serving={"replicas": 2})])
+        obj = wait_condition(cluster, namespace, "zeta", "Degraded", reason="QuotaExceeded",
+                             timeout=180)
+    message = condition(obj, "Degraded")["message"]
+    assert "serving pods cannot be created" in message and "exceeded quota" in message

@@ -121,6 +121,10 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
         for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")
         if k in st
     }
+    # Why the Deployment controller cannot create pods (a quota, Pod Security, a webhook).
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            status["replicaFailure"] = str(cond.get("message", ""))[:600]
     return {"metadata": _meta(obj, "generation"), "spec": out_spec, "status": status}
 
 

@@ -65,6 +65,7 @@ async def observe(
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         unschedulable=await pods.unschedulable(kube, dep, workload),
         foreign=foreign,
+        pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 
 
