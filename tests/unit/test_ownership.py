@@ -45,6 +45,21 @@ def test_a_foreign_object_is_never_applied_over() -> None:
     assert kube.objects[("Service", "default", "demo")]["metadata"]["labels"] == {"team": "a"}
 
 
+def test_a_deployment_named_kubernetes_never_touches_the_api_service() -> None:
+    body = cr(metadata={"name": "kubernetes", "namespace": "default", "uid": "uid-k"})
+    dep = parse_deployment(body)
+    api = {"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": "kubernetes", "namespace": "default",
+                        "labels": {"component": "apiserver", "provider": "kubernetes"}},
+           "spec": {"ports": [{"name": "https", "port": 443}]}}
+    kube = FakeKube([body, api])
+    service = render_all(dep).service.stamped()
+    with pytest.raises(NameConflict, match="Service/kubernetes"):
+        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service]), LOG))
+    assert kube.objects[("Service", "default", "kubernetes")]["spec"]["ports"][0]["port"] == 443
+    assert kube.writes() == []
+
+
 def test_an_object_labelled_ours_but_owned_by_another_is_a_conflict() -> None:
     body, dep = deployment()
     stolen = render_all(parse_deployment(cr(metadata={"name": "demo", "uid": "uid-other"})))

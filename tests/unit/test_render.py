@@ -215,3 +215,18 @@ def test_network_policy_can_be_turned_off() -> None:
     r = render_all(dep({"networkPolicy": {"enabled": False}}))
     assert r.network_policy is None
     assert "NetworkPolicy" not in [o.kind for o in r.objects]
+
+
+def test_a_tokenizer_on_a_third_claim_is_mounted_not_read_from_the_models() -> None:
+    r = render_all(dep({"model": {"source": "pvc://weights/llama",
+                                  "tokenizer": {"source": "pvc://tokenizers/llama"}}}))
+    pod = r.workload["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims["model-source"] == "weights" and claims["tokenizer-source"] == "tokenizers"
+    mounts = {m["name"]: m["mountPath"] for m in container(r.workload)["volumeMounts"]}
+    assert mounts["tokenizer-source"] == "/source-tokenizer"
+    assert any("/source-tokenizer/llama" in text for text in r.repository.values())
+    job_pod = r.repository_job["spec"]["template"]["spec"]
+    assert "tokenizers" in {v["persistentVolumeClaim"]["claimName"] for v in job_pod["volumes"]
+                            if "persistentVolumeClaim" in v}

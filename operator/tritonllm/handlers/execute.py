@@ -17,7 +17,7 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.ownership import conflict_message, is_ours, is_shared
+from tritonllm.plan.ownership import conflict_message, is_ours, is_shared, is_shared_live
 from tritonllm.plan.reconcile import Plan
 from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
@@ -121,7 +121,7 @@ async def execute(
     await _apply(kube, cache, p, ns, uid, logger)
     for api_version, kind, obj_name in p.delete:
         live = cache.get(kind, ns, obj_name)
-        if live is not None and not is_ours(live, uid):  # never delete another's object
+        if live is not None and not is_ours(live, uid, shared=is_shared_live(live)):
             raise NameConflict(conflict_message(kind, obj_name, live))
         try:
             owner_uid = ((live or {}).get("metadata") or {}).get("uid")

@@ -41,6 +41,12 @@ def is_shared(obj: Manifest) -> bool:
     return bool(refs) and not any(r.get("controller") for r in refs)
 
 
+def is_shared_live(live: Mapping[str, Any]) -> bool:
+    """A live object of an engine key (its labels name the key and no deployment)."""
+    labels = (live.get("metadata") or {}).get("labels") or {}
+    return c.LABEL_ENGINE_KEY in labels and c.LABEL_INSTANCE not in labels
+
+
 def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None) -> str:
     """Which object is in the way, whose it looks like, and the fix."""
     meta = (live or {}).get("metadata") or {}
@@ -66,6 +72,6 @@ def conflicts(p: Plan, obs: Observed, uid: str) -> list[str]:
             out.append(conflict_message(obj.kind, obj.name, live))
     for _, kind, name in p.delete:
         live = obs.live.get((kind, name))
-        if live is not None and not is_ours(live, uid):
+        if live is not None and not is_ours(live, uid, shared=is_shared_live(live)):
             out.append(conflict_message(kind, name, live))
     return out
