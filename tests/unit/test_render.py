@@ -131,6 +131,13 @@ def test_rollout_never_drops_below_desired() -> None:
     assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
+def test_a_deleted_serving_pod_serves_on_until_the_endpoints_forget_it() -> None:
+    d = render_all(dep()).one("Deployment")
+    assert container(d)["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    # preStop sleep + tritonserver's drain (--exit-timeout-secs 30) fit the grace period.
+    assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 5 + 30
+
+
 def test_autoscaling_keeps_observed_replicas() -> None:
     d = dep({"autoscaling": {"maxReplicas": 5}})
     assert "replicas" not in render_all(d).one("Deployment")["spec"]
@@ -183,7 +190,7 @@ def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
     step = r.build_plan["steps"][1]
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
                     "revision": "main", "localDir": "/store/models/hf/org/tok/main",
-                    "tokenEnv": None}
+                    "tokenFile": None}
 
 
 def test_network_policy_opens_the_serving_ports_to_the_namespace_and_named_sources() -> None:
@@ -230,3 +237,4 @@ def test_a_tokenizer_on_a_third_claim_is_mounted_not_read_from_the_models() -> N
     job_pod = r.repository_job["spec"]["template"]["spec"]
     assert "tokenizers" in {v["persistentVolumeClaim"]["claimName"] for v in job_pod["volumes"]
                             if "persistentVolumeClaim" in v}
+
