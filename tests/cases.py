@@ -437,4 +437,8 @@ BAD_YAML: list[tuple[str, str, str]] = [
     ("alias-bomb", _GOOD + "  podTemplate: {annotations: {x: y}}\n" + "---\n" + _BOMB,
      "alias bomb"),
     ("not-yaml", _GOOD + "  : : [\n", "not valid YAML"),
+    ("unknown-top-level-field", _GOOD.replace("spec:", "specs: {}\nspec:"),
+     "specs: is not a field"),
+    ("unknown-metadata-field", _GOOD.replace("{name: demo}", "{name: demo, nmespace: x}"),
+     "metadata.nmespace: is not a field"),
 ]

@@ -20,6 +20,24 @@ from tritonllm.render import Rendered, RenderOptions, render_all, rendered_probl
 from .yamlio import dump_all, load_all
 
 EXIT_INVALID = 2
+# What the API server's strict field validation knows at the top and in metadata (ObjectMeta).
+TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+META_FIELDS = (
+    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
+)
+
+
+def _unknown_fields(doc: Any) -> list[FieldError]:
+    if not isinstance(doc, dict):
+        return []
+    meta = doc.get("metadata")
+    unknown = [k for k in doc if k not in TOP_FIELDS]
+    unknown += [f"metadata.{k}" for k in meta if k not in META_FIELDS] if isinstance(
+        meta, dict) else []
+    return [FieldError(str(k), "is not a field of a TritonLLMDeployment (the API server refuses "
+                       "unknown fields); check its spelling") for k in unknown]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +78,7 @@ def render_documents(
             FieldError(k, "is required (the API server refuses an object without it)")
             for k in ("apiVersion", "kind")
             if isinstance(doc, dict) and k not in doc
-        ]
+        ] + _unknown_fields(doc)
         try:
             dep = parse_deployment(doc)
         except InvalidDeployment as exc:
