@@ -18,6 +18,7 @@ APPLY_ORDER = [
     "ConfigMap",
     "Job",
     "Service",
+    "NetworkPolicy",
     "Deployment",
     "HorizontalPodAutoscaler",
     "PodDisruptionBudget",
@@ -190,3 +191,50 @@ def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
                     "revision": "main", "localDir": "/store/models/hf/org/tok/main",
                     "tokenFile": None}
+
+
+def test_network_policy_opens_the_serving_ports_to_the_namespace_and_named_sources() -> None:
+    r = render_all(dep({"networkPolicy": {"fromNamespaces": ["gateway"],
+                                          "fromCidrs": ["10.8.0.0/16"]}}))
+    np = r.network_policy
+    assert np is not None and np.name == r.service.name
+    spec = np["spec"]
+    assert spec["podSelector"]["matchLabels"] == r.workload["spec"]["selector"]["matchLabels"]
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]  # one node: no traffic between serving pods is needed
+    assert sorted(p["port"] for p in rule["ports"]) == [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
+    assert rule["from"][0] == {"podSelector": {}}  # the deployment's own namespace
+    values = rule["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert values == ["gateway"]
+    assert rule["from"][2] == {"ipBlock": {"cidr": "10.8.0.0/16"}}
+
+
+def test_network_policy_multi_node_lets_only_the_deployments_pods_reach_sshd_and_mpi() -> None:
+    r = render_all(dep({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}))
+    serving, group = r.network_policy["spec"]["ingress"]
+    assert "ports" not in group  # sshd and the ports MPI/NCCL choose at run time
+    assert group["from"] == [{"podSelector": {"matchLabels": {
+        c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "demo", c.LABEL_COMPONENT: "server"}}}]
+    assert c.MPI_SSH_PORT not in [p["port"] for p in serving["ports"]]
+
+
+def test_network_policy_can_be_turned_off() -> None:
+    r = render_all(dep({"networkPolicy": {"enabled": False}}))
+    assert r.network_policy is None
+    assert "NetworkPolicy" not in [o.kind for o in r.objects]
+
+
+def test_a_tokenizer_on_a_third_claim_is_mounted_not_read_from_the_models() -> None:
+    r = render_all(dep({"model": {"source": "pvc://weights/llama",
+                                  "tokenizer": {"source": "pvc://tokenizers/llama"}}}))
+    pod = r.workload["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims["model-source"] == "weights" and claims["tokenizer-source"] == "tokenizers"
+    mounts = {m["name"]: m["mountPath"] for m in container(r.workload)["volumeMounts"]}
+    assert mounts["tokenizer-source"] == "/source-tokenizer"
+    assert any("/source-tokenizer/llama" in text for text in r.repository.values())
+    job_pod = r.repository_job["spec"]["template"]["spec"]
+    assert "tokenizers" in {v["persistentVolumeClaim"]["claimName"] for v in job_pod["volumes"]
+                            if "persistentVolumeClaim" in v}
+

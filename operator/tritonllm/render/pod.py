@@ -23,6 +23,7 @@ from . import naming
 TOOLS_VOLUME = "tritonllm-tools"
 STORE_VOLUME = "model-store"
 SOURCE_VOLUME = "model-source"
+TOKENIZER_SOURCE_VOLUME = "tokenizer-source"
 PLAN_VOLUME = "plan"
 SHM_VOLUME = "dshm"
 SCRATCH_VOLUME = "scratch"
@@ -190,20 +191,26 @@ def store_volumes(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
     vols: list[dict[str, Any]] = [
         {"name": STORE_VOLUME, "persistentVolumeClaim": {"claimName": dep.spec.storage.claimName}},
     ]
-    claim = naming.source_claim(dep)
-    if claim:
+    for claim, mount in naming.source_claims(dep).items():
         vols.append(
-            {"name": SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            {
+                "name": _source_volume(mount),
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+            }
         )
     return vols
+
+
+def _source_volume(mount: str) -> str:
+    return SOURCE_VOLUME if mount == naming.SOURCE_MOUNT else TOKENIZER_SOURCE_VOLUME
 
 
 def store_mounts(dep: TritonLLMDeployment, *, read_only: bool) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
         {"name": STORE_VOLUME, "mountPath": c.STORE_MOUNT, "readOnly": read_only}
     ]
-    if naming.source_claim(dep):
-        mounts.append({"name": SOURCE_VOLUME, "mountPath": naming.SOURCE_MOUNT, "readOnly": True})
+    for mount in naming.source_claims(dep).values():
+        mounts.append({"name": _source_volume(mount), "mountPath": mount, "readOnly": True})
     return mounts
 
 
