@@ -43,11 +43,14 @@ def make_engine(plan: dict[str, Any], *, tp: int | None = None, pp: int | None =
     engine.mkdir(parents=True, exist_ok=True)
     tp = plan["tensorParallel"] if tp is None else tp
     pp = plan["pipelineParallel"] if pp is None else pp
-    artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
-                "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu}
-    (engine / "artifact.json").write_text(json.dumps(artifact))
     mapping = {"tp_size": tp if config_tp is None else config_tp, "pp_size": pp}
     (engine / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": mapping}}))
+    for r in range(tp * pp):
+        (engine / f"rank{r}.engine").write_bytes(b"fake engine")
+    artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
+                "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu,
+                "files": common.engine_checksums(engine)}
+    (engine / "artifact.json").write_text(json.dumps(artifact))
 
 
 def ready(img: FakeImage, name: str, **engine: Any) -> tuple[dict[str, Any], Path]:
@@ -412,3 +415,51 @@ def test_generated_secret_holds_ed25519_key_pairs(
         derived = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True,
                                  text=True, check=True).stdout.split()[:2]
         assert derived == data[public].split()[:2]
+
+
+def built(img: FakeImage, name: str) -> tuple[dict[str, Any], Path]:
+    """The launch plan of an example whose engine `tritonllm build` built with the fake tools."""
+    plan, path = ready(img, name)
+    engine = Path(plan["engineDir"])
+    for child in engine.iterdir():
+        child.unlink()
+    build: dict[str, Any] = relocate(render_example(name).build_plan, img.root)
+    build["exampleRoots"] = [str(img.examples)]
+    code = img.tritonllm(
+        "build", "--plan", str(write_plan(img.root / "etc/build.json", build)),
+        env=img.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"], HF_TOKEN="hf_fake"),
+    )
+    assert code.returncode == 0, code.stdout + code.stderr
+    return plan, path
+
+
+@pytest.mark.parametrize(
+    ("tamper", "says"),
+    [
+        (lambda e: (e / "rank1.engine").write_bytes(b"evil engine"),
+         "rank1.engine has another sha256 than the build recorded"),
+        (lambda e: (e / "rank0.engine").write_bytes(b"x"), "rank0.engine has 1 bytes, not 11"),
+        (lambda e: (e / "rank3.engine").unlink(), "rank3.engine missing"),
+        (lambda e: (e / "plugin.so").write_bytes(b"\x7fELF"), "plugin.so not written by the build"),
+    ],
+    ids=["content", "size", "missing", "added"],
+)
+def test_launch_refuses_a_tampered_engine(image: FakeImage, tamper: Any, says: str) -> None:
+    plan, path = built(image, "llama2-7b-tp4")
+    assert run_launch(image, path)[0] == 0  # as built: accepted
+    tamper(Path(plan["engineDir"]))
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert f"was changed after its build ({says}" in log, log
+    assert "refusing to serve it" in log and not image.calls("mpirun")[1:]
+
+
+def test_launch_refuses_an_engine_without_checksums(image: FakeImage) -> None:
+    plan, path = ready(image, "gpt2-medium")
+    artifact_path = Path(plan["engineDir"]) / "artifact.json"
+    artifact = json.loads(artifact_path.read_text())
+    del artifact["files"]
+    artifact_path.write_text(json.dumps(artifact))
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert "records no checksums of the engine files" in log and not image.calls("mpirun")

@@ -79,6 +79,8 @@ STOP_PHASES = (
     ("kube-apiserver",),
     ("etcd",),
 )
+#: Processes ``restart`` may stop and start again (none needs an environment of its own).
+RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 DEFAULT_NAME = "default"
@@ -460,6 +462,40 @@ class LocalCluster:
         if ours or strays:
             self.progress(f"cluster {self.name!r} stopped ({len(ours) + len(strays)} processes)")
         return left
+
+    def restart(self, component: str, *, down_for: float = 0.0, timeout: float = 60) -> float:
+        """Stop one control-plane process, keep it stopped ``down_for`` seconds, start it again
+        with the same command line and wait until it serves; return the seconds it was gone.
+
+        For fault tests: etcd's data and every other process are kept, so the cluster carries
+        on where it was (the API server's watch cache starts afresh, as after a real restart).
+        """
+        if component not in RESTARTABLE:
+            raise ClusterError(f"cannot restart {component!r}; one of {sorted(RESTARTABLE)}")
+        ports, processes = self._load_state()
+        proc = processes.get(component)
+        if proc is None or not self._ours(proc):
+            raise ClusterError(f"{component} of cluster {self.name!r} is not running")
+        start = time.monotonic()
+        left = procs.terminate([proc.pid], timeout=15)
+        if left:
+            raise ClusterError(f"{component} (pid {proc.pid}) did not stop")
+        old = self._children.pop(proc.pid, None)
+        if old is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.wait(timeout=1)
+        time.sleep(down_for)
+        self._processes = processes
+        self._spawn(component, proc.argv, processes)
+        ready = {
+            "kube-apiserver": self._apiserver_ready,
+            "kube-controller-manager": lambda: self._healthz(ports.controller_manager),
+            "kube-scheduler": lambda: self._healthz(ports.scheduler),
+            "kwok": lambda: True,
+        }[component]
+        self._t0 = start
+        self._wait(ready, f"{component} back", time.monotonic() + timeout, processes)
+        return time.monotonic() - start
 
     # ---- starting processes ------------------------------------------------------------------
 

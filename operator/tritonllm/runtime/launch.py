@@ -148,6 +148,7 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
         version=image,
         subject="deployment",
         against="this image has",
+        verify_files=True,
     )
     check_gpu_product(artifact)
     log("launch", "engine", key=plan["engineKey"], tp=topology.tensor, pp=topology.pipeline,
