@@ -103,6 +103,18 @@ def default_crd_dirs() -> list[Path]:
     return [checkout] if checkout.is_dir() else []
 
 
+def _listen_free(port: int) -> bool:
+    """Nothing listens on `port` (connections of the last listener in TIME_WAIT do not count:
+    the API server binds with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -464,7 +476,8 @@ class LocalCluster:
         return left
 
     def restart(self, component: str, *, down_for: float = 0.0, timeout: float = 60) -> float:
-        """Stop one control-plane process, keep it stopped ``down_for`` seconds, start it again
+        """Kill one control-plane process (SIGKILL, as a crash), keep it stopped ``down_for``
+        seconds, start it again
         with the same command line and wait until it serves; return the seconds it was gone.
 
         For fault tests: etcd's data and every other process are kept, so the cluster carries
@@ -474,10 +487,10 @@ class LocalCluster:
             raise ClusterError(f"cannot restart {component!r}; one of {sorted(RESTARTABLE)}")
         ports, processes = self._load_state()
         proc = processes.get(component)
-        if proc is None or not self._ours(proc):
-            raise ClusterError(f"{component} of cluster {self.name!r} is not running")
+        if proc is None:
+            raise ClusterError(f"cluster {self.name!r} has no {component}")
         start = time.monotonic()
-        left = procs.terminate([proc.pid], timeout=15)
+        left = procs.terminate([proc.pid], timeout=0) if self._ours(proc) else []
         if left:
             raise ClusterError(f"{component} (pid {proc.pid}) did not stop")
         old = self._children.pop(proc.pid, None)
@@ -485,6 +498,11 @@ class LocalCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 old.wait(timeout=1)
         time.sleep(down_for)
+        # A killed process's listening socket closes a moment after it is gone.
+        port = {"kube-apiserver": ports.apiserver}.get(component)
+        deadline = time.monotonic() + 15
+        while port and not _listen_free(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
         self._processes = processes
         self._spawn(component, proc.argv, processes)
         ready = {
