@@ -201,6 +201,16 @@ def plan_configmap(
     }
 
 
+def _repository_mounts(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
+    """The store read-only but this deployment's repositories (each revision is a directory
+    in it), and the plan."""
+    own = os.path.dirname(naming.repository_dir(dep, repo_key))
+    return [
+        *store_mounts(dep, read_only=True, writable=[own]),
+        {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
+    ]
+
+
 def repository_job(
     dep: TritonLLMDeployment, repo_key: str, repo_paths: list[str], opts: RenderOptions
 ) -> dict[str, Any]:
@@ -212,12 +222,7 @@ def repository_job(
         "name": "repository",
         "image": opts.tools_image,
         "command": ["tritonllm", "build", "--plan", f"{c.PLAN_MOUNT}/{REPOSITORY_PLAN_KEY}"],
-        # Writes only this deployment's repositories (each revision is a directory in it).
-        "volumeMounts": [
-            *store_mounts(dep, read_only=True,
-                          writable=[os.path.dirname(naming.repository_dir(dep, repo_key))]),
-            {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": _repository_mounts(dep, repo_key),
         "resources": {
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"memory": "256Mi"},
