@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,57 +138,45 @@ def test_operator_killed_mid_build_and_mid_rollout(
     assert lost(before, after) == []
 
 
-def test_api_server_restart_during_a_build(
+def test_api_server_restart_mid_build_and_a_deletion_missed_by_expired_watches(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
+    """The API server is killed and restarted while a build runs. Just before, with the operator
+    frozen (SIGSTOP), the engine record is deleted; the operator resumes while the API server is
+    down (its requests and watches fail and retry), and its watches then resume from
+    resourceVersions the new API server no longer has (410 Gone): kopf lists again, and the
+    deletion never arrives as an event."""
     prepare_namespace(cluster, namespace)
-    with run_operator(cluster, namespace, tmp_path) as op:
+    with run_operator(cluster, namespace, tmp_path, log_level="DEBUG") as op:
         cluster.apply([small("ar", namespace, podTemplate=SLOW_BUILD)])
         wait_for(lambda: build_jobs(cluster, namespace), timeout=60, what="the build Job")
+        key = get_cr(cluster, namespace, "ar")["status"]["engine"]["key"]
+        wait_for(lambda: cluster.kubectl("get", "tllme", key, "-n", namespace, check=False)
+                 .returncode == 0, timeout=30, what="the engine record")
         before = uids(cluster, namespace, "ar")
-        down = cluster.restart("kube-apiserver", down_for=3)
+        os.killpg(op.proc.pid, signal.SIGSTOP)
+        resume = threading.Timer(1.0, os.killpg, (op.proc.pid, signal.SIGCONT))
+        try:
+            cluster.kubectl("delete", "tllme", key, "-n", namespace)
+            resume.start()  # the operator runs again while the API server is down
+            down = cluster.restart("kube-apiserver", down_for=3)
+        finally:
+            resume.join()
+            os.killpg(op.proc.pid, signal.SIGCONT)
         start = time.monotonic()
-        converged(cluster, namespace, "ar")
+        obj = converged(cluster, namespace, "ar")
         took = elapsed(start)
         assert op.proc.poll() is None, op.logs()[-3000:]
         after = uids(cluster, namespace, "ar")
-    print(f"\n[fault] API server down {down:.1f} s mid-build: Ready {took} s after it is back")
-    assert len(build_jobs(cluster, namespace)) == 1
-    assert lost(before, after) == []
-
-
-def test_deletion_missed_by_an_expired_watch_is_seen_after_the_relist(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> None:
-    """The operator is frozen (SIGSTOP) while a child is deleted and the API server restarts:
-    its watches resume from resourceVersions the new API server no longer has (410 Gone), so
-    kopf lists again, and the deletion never arrives as an event."""
-    prepare_namespace(cluster, namespace)
-    with run_operator(cluster, namespace, tmp_path, log_level="DEBUG") as op:
-        cluster.apply([small("wx", namespace)])
-        converged(cluster, namespace, "wx")
-        before = uids(cluster, namespace, "wx")
-        os.killpg(op.proc.pid, signal.SIGSTOP)
-        try:
-            cluster.kubectl("delete", "service", "wx", "-n", namespace)
-            cluster.restart("kube-apiserver")
-        finally:
-            os.killpg(op.proc.pid, signal.SIGCONT)
-        start = time.monotonic()
-        wait_for(
-            lambda: cluster.kubectl("get", "service", "wx", "-n", namespace,
-                                    check=False).returncode == 0,
-            timeout=60,
-            what="the deleted Service re-created",
-        )
-        took = elapsed(start)
-        converged(cluster, namespace, "wx")
         # kopf's own line for a 410 Gone on a watch, after which it lists again.
-        assert "Restarting the watch-stream for services" in op.logs()
-        after = uids(cluster, namespace, "wx")
-    print(f"\n[fault] watch expired (410) with a deletion missed: Service back in {took} s")
-    assert lost(before, after) == ["services/wx"]  # re-created, so a new UID
+        assert "Restarting the watch-stream for tritonllmengines" in op.logs()
+    print(f"\n[fault] API server down {down:.1f} s mid-build, engine record deleted unseen: "
+          f"Ready {took} s after it is back")
     assert len(build_jobs(cluster, namespace)) == 1
+    assert lost(before, after) == [f"tllme/{key}"]  # re-created by the operator
+    assert obj["status"]["engine"]["key"] == key
+    record = cluster.kubectl_json("get", "tllme", key, "-n", namespace)
+    assert record["status"]["state"] == "Ready"
 
 
 def test_build_pod_failed_or_evicted_is_retried(
