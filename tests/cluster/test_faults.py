@@ -164,6 +164,9 @@ def test_api_server_restart_mid_build_and_a_deletion_missed_by_expired_watches(
             resume.join()
             os.killpg(op.proc.pid, signal.SIGCONT)
         start = time.monotonic()
+        wait_for(lambda: cluster.kubectl("get", "tllme", key, "-n", namespace, check=False)
+                 .returncode == 0, timeout=60, what="the engine record re-created")
+        record_back = elapsed(start)
         obj = converged(cluster, namespace, "ar")
         took = elapsed(start)
         assert op.proc.poll() is None, op.logs()[-3000:]
@@ -171,7 +174,7 @@ def test_api_server_restart_mid_build_and_a_deletion_missed_by_expired_watches(
         # kopf's own line for a 410 Gone on a watch, after which it lists again.
         assert "Restarting the watch-stream for tritonllmengines" in op.logs()
     print(f"\n[fault] API server down {down:.1f} s mid-build, engine record deleted unseen: "
-          f"Ready {took} s after it is back")
+          f"record back {record_back} s, Ready {took} s after the API server is back")
     assert len(build_jobs(cluster, namespace)) == 1
     assert lost(before, after) == [f"tllme/{key}"]  # re-created by the operator
     assert obj["status"]["engine"]["key"] == key
