@@ -433,6 +433,10 @@ def built(img: FakeImage, name: str) -> tuple[dict[str, Any], Path]:
         child.unlink()
     build: dict[str, Any] = relocate(render_example(name).build_plan, img.root)
     build["exampleRoots"] = [str(img.examples)]
+    for step in build["steps"]:
+        if step.get("tokenFile"):  # the Secret's token, as the build pod mounts it
+            Path(step["tokenFile"]).parent.mkdir(parents=True, exist_ok=True)
+            Path(step["tokenFile"]).write_text("hf_fake\n")
     code = img.tritonllm(
         "build", "--plan", str(write_plan(img.root / "etc/build.json", build)),
         env=img.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"], HF_TOKEN="hf_fake"),

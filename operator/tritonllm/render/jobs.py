@@ -5,6 +5,10 @@ the TensorRT-LLM version and GPU architecture that built it). It is named by the
 shared by every deployment with that key; its owners are those deployments (none is the
 controller), so it is garbage-collected with the last of them, while the engine on the store stays.
 
+The engine-cleanup Job removes an engine's files from the store when the last deployment using
+it goes and its storage.engineRetention is Delete. It has no owner (its deployment is being
+deleted) and goes by itself after it finishes.
+
 The model-repository Job copies the rendered repository from its ConfigMap to
 /store/repos/<ns>/<name>/<repository key>/ and checks it against the engine (tp x pp against the
 world size, TensorRT-LLM version) before any serving pod starts.
@@ -33,10 +37,14 @@ from .pod import (
     metadata,
     pod_labels,
     pod_spec_common,
+    scratch_mount,
+    scratch_volume,
     shm_volume,
     store_mounts,
     store_placement,
     store_volumes,
+    token_mounts,
+    token_volume,
     tools_init_container,
 )
 
@@ -44,9 +52,8 @@ BUILD_BACKOFF_LIMIT = 2
 # tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
 PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
 BUILD_DEADLINE_SECONDS = 6 * 3600
-# The build pod's private Hugging Face home (tools may cache there).
-HF_HOME_VOLUME = "hf-home"
-HF_HOME_MOUNT = "/var/cache/tritonllm-hf"
+# The build pod's private Hugging Face home (tools may cache there), on its scratch emptyDir.
+HF_HOME_MOUNT = f"{c.SCRATCH_MOUNT}/huggingface"
 
 
 def configmap_key(path: str) -> str:
@@ -108,7 +115,9 @@ def _build_pod_spec(
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
-            {"name": HF_HOME_VOLUME, "mountPath": HF_HOME_MOUNT},
+            scratch_mount(),
+            # The download step reads the Hugging Face token from this file (no env var).
+            *token_mounts(dep),
         ],
         "securityContext": container_security(dep),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -125,14 +134,15 @@ def _build_pod_spec(
     return {
         **(common if gpus else {"securityContext": common["securityContext"]}),
         "restartPolicy": "Never",
-        "initContainers": [tools_init_container(opts)],
+        "initContainers": [tools_init_container(dep, opts)],
         "containers": [container],
         "volumes": [
             *store_volumes(dep),
             {"name": TOOLS_VOLUME, "emptyDir": {}},
             {"name": PLAN_VOLUME, "configMap": {"name": name}},
             shm_volume(dep),
-            {"name": HF_HOME_VOLUME, "emptyDir": {}},
+            scratch_volume(),
+            *token_volume(dep),
         ],
     }
 
@@ -263,6 +273,45 @@ def repository_job(
                             },
                         },
                     ],
+                },
+            },
+        },
+    }
+
+
+CLEANUP_TTL_SECONDS = 600
+
+
+def engine_cleanup_job(dep: TritonLLMDeployment, key: str, opts: RenderOptions) -> dict[str, Any]:
+    """`rm -rf` of the engine's and its converted checkpoint's directories on the store, in the
+    tools image, placed like the repository Job (a node-local claim is reachable only there)."""
+    labels = naming.shared_labels(key, c.COMPONENT_CLEANUP)
+    container = {
+        "name": "cleanup",
+        "image": opts.tools_image,
+        "command": ["rm", "-rf", "--", naming.engine_dir(key), naming.checkpoint_dir(key)],
+        "volumeMounts": store_mounts(dep, read_only=False)[:1],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"tritonllm-clean-{key}", "namespace": dep.namespace,
+                     "labels": labels},
+        "spec": {
+            "backoffLimit": 3,
+            "activeDeadlineSeconds": 600,
+            "ttlSecondsAfterFinished": CLEANUP_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "securityContext": pod_spec_common(dep)["securityContext"],
+                    **store_placement(dep),
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": store_volumes(dep)[:1],
                 },
             },
         },
