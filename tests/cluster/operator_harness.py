@@ -28,7 +28,6 @@ from tritonllm.cluster.testing import wait_for
 
 TRITONLLM = str(Path(sys.executable).with_name("tritonllm"))
 WRITE_VERBS = ("apply", "patch", "create", "delete", "event")
-READ_VERBS = ("get", "list")
 
 
 def free_port() -> int:
@@ -65,9 +64,6 @@ class Operator:
     def writes(self) -> float:
         return sum(self.metric("tritonllm_api_calls_total", verb=v) for v in WRITE_VERBS)
 
-    def reads(self) -> float:
-        return sum(self.metric("tritonllm_api_calls_total", verb=v) for v in READ_VERBS)
-
     def healthy(self) -> bool:
         try:
             url = f"http://127.0.0.1:{self.health_port}/healthz"
@@ -91,6 +87,7 @@ def run_operator(
     tag: str = "op",
     kubeconfig: Path | None = None,
     tools_image: str = "registry.invalid/tritonllm:test",
+    log_level: str = "INFO",
 ) -> Iterator[Operator]:
     """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
     on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
@@ -112,6 +109,8 @@ def run_operator(
         "127.0.0.1",
         "--log-format",
         "text",
+        "--log-level",
+        log_level,
         "--resync-seconds",
         str(resync),
         "--tools-image",
