@@ -6,7 +6,8 @@ Figures, not pass/fail (docs/performance.md has the results and how to read them
 one local cluster with kwok GPU nodes, in the same run:
 
 1. **Raw limit.** The children the operator would create for N cache-hit deployments (repository
-   ConfigMap and Job, Service, Deployment: rendered by tritonllm.render, spec hash included) are
+   ConfigMap and Job, Service, NetworkPolicy, Deployment: rendered by tritonllm.render, spec hash
+   included; the four but the NetworkPolicy are timed) are
    server-side applied directly, through the operator's own client with the same concurrency
    (`api_concurrency` requests in flight), one deployment's objects in order, all deployments at
    once, with no controller logic.
@@ -340,8 +341,9 @@ def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Si
         name = f"s{i:04d}"
         dep = parse_deployment(small(name, namespace))
         r = render_all(dep, RenderOptions(tools_image=TOOLS_IMAGE, engine_cached=True))
-        objs = [r.repository_configmap, r.repository_job, r.service, r.workload]
-        batches[name] = [o.stamped() for o in objs]
+        objs = [r.repository_configmap, r.repository_job, r.service, r.network_policy,
+                r.workload]
+        batches[name] = [o.stamped() for o in objs if o is not None]
         children[name] = children_of(name, r.repository_key)
     with watched(cluster, namespace, operator=False) as timeline:
         t0 = time.monotonic()
