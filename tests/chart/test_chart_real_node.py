@@ -56,7 +56,7 @@ def test_helm_install_runs_the_operator_on_the_real_node_and_serves(
     path.write_text(yaml.safe_dump(values))
     kube = ("--kubeconfig", str(cluster.kubeconfig), "--namespace", ns)
     install = _helm(helm_bin, "install", "tllm", str(CHART), *kube, "-f", str(path),
-                    "--skip-crds", "--wait", "--timeout", "240s")
+                    "--set", "crds.install=false", "--wait", "--timeout", "240s")
     try:
         assert install.returncode == 0, install.stderr + _diagnose(cluster, ns)
         (pod,) = cluster.kubectl_json(
