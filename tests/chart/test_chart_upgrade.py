@@ -4,6 +4,9 @@ the `helm test` hook, and its generated README.
 The upgrade test installs the previous chart, 0.1.0 (taken from git history: CRDs in `crds/`,
 which Helm installs once and never upgrades), creates a TritonLLMDeployment, then upgrades to the
 chart of this checkout (CRDs as templates) and checks the CRDs were upgraded and nothing was lost.
+0.1.0's CRDs have every field of today's, so to see a new field served after the upgrade, one
+field (`spec.serving.maxQueueDelayMicroseconds`) is taken out of its copy of the CRD: that copy
+stands for an older API.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from tests.cluster.operator_harness import get_cr, prepare_namespace, run_operat
 from tritonllm.cli.crd import CHART_README, chart_readme_text
 from tritonllm.cluster.local import LocalCluster
 
-#: The first commit of chart 0.1.0 (CRDs in charts/tritonllm/crds/). Its TritonLLMDeployment CRD
-#: predates the nested defaults (spec.engine.parallelism and the like default to {} there).
-PREVIOUS_CHART_COMMIT = "4483def"
+#: The last commit of chart 0.1.0 (CRDs in charts/tritonllm/crds/, as Helm never upgrades them).
+PREVIOUS_CHART_COMMIT = "6fae147b8bf8fefdbea46b723e5bafc0a0ab0b70"
+#: The field the "older" CRD lacks (see the module docstring).
+NEW_FIELD = "maxQueueDelayMicroseconds"
 CRD_NAMES = (
     "tritonllmdeployments.tritonllm.io",
     "tritonllmengines.tritonllm.io",
@@ -47,7 +51,15 @@ def previous_chart(dest: Path) -> Path:
     )
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(dest, filter="data")
-    return dest / "charts" / "tritonllm"
+    chart = dest / "charts" / "tritonllm"
+    crd_file = chart / "crds" / "tritonllm.io_tritonllmdeployments.yaml"
+    crd = yaml.safe_load(crd_file.read_text())
+    serving = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]["serving"]
+    del serving["properties"][NEW_FIELD]
+    del serving["default"][NEW_FIELD]
+    crd_file.write_text(yaml.safe_dump(crd, sort_keys=False))
+    return chart
 
 
 @pytest.mark.chart
@@ -131,12 +143,12 @@ def test_upgrade_from_the_previous_chart_upgrades_crds_and_keeps_deployments(
                      "gpu": {"product": "NVIDIA-H100-80GB-HBM3"}},
         }])
         before = get_cr(cluster, namespace, "kept")
-        assert before["spec"]["engine"].get("parallelism") is None  # the old CRD's `{}` default
+        assert NEW_FIELD not in before["spec"]["serving"]  # the old API has no such field
 
         # CRDs installed from crds/ are not the release's: Helm refuses to take them over...
         plain = run_helm(helm, "upgrade", release, str(CHART), *kube, *sets, check=False)
         assert plain.returncode != 0 and "invalid ownership metadata" in plain.stderr
-        assert "tritonllmdeployments.tritonllm.io" in plain.stderr
+        assert "CustomResourceDefinition" in plain.stderr
         # ...until told to, once (chart README: upgrading from 0.1.0)
         run_helm(helm, "upgrade", release, str(CHART), *kube, *sets, "--take-ownership",
                  "--wait", "--timeout", "120s")
@@ -149,9 +161,13 @@ def test_upgrade_from_the_previous_chart_upgrades_crds_and_keeps_deployments(
         assert after["metadata"]["uid"] == before["metadata"]["uid"]
         assert after["spec"]["model"] == before["spec"]["model"]
         assert after["spec"]["gpu"] == before["spec"]["gpu"]
-        # the new schema is served: its nested defaults now fill the stored object on read
-        assert after["spec"]["engine"]["parallelism"] == {"tensor": 1, "pipeline": 1}
-        assert after["spec"]["engine"]["limits"]["maxBatchSize"] == 64
+        # the new schema is served: its default fills the stored object, the field is kept
+        assert after["spec"]["serving"][NEW_FIELD] == 0
+        cluster.kubectl("patch", "tllm", "kept", "-n", namespace, "--type=merge",
+                        "-p", f'{{"spec":{{"serving":{{"{NEW_FIELD}":100}}}}}}')
+        assert get_cr(cluster, namespace, "kept")["spec"]["serving"][NEW_FIELD] == 100
+        explained = cluster.kubectl("explain", f"tllm.spec.serving.{NEW_FIELD}").stdout
+        assert "max_queue_delay_microseconds" in explained
 
         # a second upgrade (CRDs now the release's) needs nothing special
         run_helm(helm, "upgrade", release, str(CHART), *kube, *sets, "--set",
