@@ -140,8 +140,19 @@ class ArgoCD:
         self.repo_metrics_port, self.controller_metrics_port = _free_port(), _free_port()
         self._spawn(
             "redis",
-            [redis, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir)],
+            [
+                redis,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
             {},
         )
         base_env = {
@@ -153,18 +164,48 @@ class ArgoCD:
         redis_addr = f"127.0.0.1:{self.redis_port}"
         self._spawn(
             "repo-server",
-            [str(argocd), "--port", str(self.repo_port), "--address", "127.0.0.1",
-             "--metrics-address", "127.0.0.1", "--metrics-port", str(self.repo_metrics_port),
-             "--redis", redis_addr, "--disable-tls", "--logformat", "text"],
+            [
+                str(argocd),
+                "--port",
+                str(self.repo_port),
+                "--address",
+                "127.0.0.1",
+                "--metrics-address",
+                "127.0.0.1",
+                "--metrics-port",
+                str(self.repo_metrics_port),
+                "--redis",
+                redis_addr,
+                "--disable-tls",
+                "--logformat",
+                "text",
+            ],
             {**base_env, "ARGOCD_BINARY_NAME": "argocd-repo-server"},
         )
         self._spawn(
             "application-controller",
-            [str(argocd), "--kubeconfig", str(self.cluster.kubeconfig), "--namespace", NAMESPACE,
-             "--repo-server", f"127.0.0.1:{self.repo_port}", "--repo-server-plaintext",
-             "--redis", redis_addr, "--metrics-port", str(self.controller_metrics_port),
-             "--status-processors", "2", "--operation-processors", "2",
-             "--app-resync", str(APP_RESYNC_SECONDS), "--logformat", "text"],
+            [
+                str(argocd),
+                "--kubeconfig",
+                str(self.cluster.kubeconfig),
+                "--namespace",
+                NAMESPACE,
+                "--repo-server",
+                f"127.0.0.1:{self.repo_port}",
+                "--repo-server-plaintext",
+                "--redis",
+                redis_addr,
+                "--metrics-port",
+                str(self.controller_metrics_port),
+                "--status-processors",
+                "2",
+                "--operation-processors",
+                "2",
+                "--app-resync",
+                str(APP_RESYNC_SECONDS),
+                "--logformat",
+                "text",
+            ],
             {**base_env, "ARGOCD_BINARY_NAME": "argocd-application-controller"},
         )
         deadline = time.monotonic() + timeout
@@ -190,8 +231,11 @@ class ArgoCD:
             args += ["-f", path]
         self.cluster.kubectl(*args)
         self.cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/applications.argoproj.io", "crd/appprojects.argoproj.io",
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/applications.argoproj.io",
+            "crd/appprojects.argoproj.io",
         )
         self.cluster.apply(settings_objects(self.argocd_cm))
 
@@ -233,8 +277,9 @@ class ArgoCD:
     # ---- Applications ------------------------------------------------------------------------
 
     def application(self, name: str) -> dict[str, Any]:
-        return dict(self.cluster.kubectl_json("get", "applications.argoproj.io", name,
-                                              "-n", NAMESPACE))
+        return dict(
+            self.cluster.kubectl_json("get", "applications.argoproj.io", name, "-n", NAMESPACE)
+        )
 
 
 def application(
@@ -269,8 +314,16 @@ def resource_health(argocd_cm: Path, obj: Path) -> tuple[str, str]:
     """Argo CD's own health assessment of ``obj`` with the customizations in ``argocd_cm``
     (``argocd admin settings resource-overrides health``): (status, message)."""
     proc = subprocess.run(
-        [str(argocd_binary()), "admin", "settings", "resource-overrides", "health", str(obj),
-         "--argocd-cm-path", str(argocd_cm)],
+        [
+            str(argocd_binary()),
+            "admin",
+            "settings",
+            "resource-overrides",
+            "health",
+            str(obj),
+            "--argocd-cm-path",
+            str(argocd_cm),
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -454,6 +454,26 @@ def _build_runc(component: Component, log: Path, progress: Progress) -> None:
     _go_install(component, package, log, progress, ldflags=ldflags, tags=tags, cgo=True)
 
 
+def module_replaces(gomod: str) -> list[str]:
+    """The replace directives of a go.mod (``old [v] => new v``), less those into its own tree
+    (``=> ./dir``), which a module that requires it cannot follow."""
+    replaces: list[str] = []
+    in_block = False
+    for line in gomod.splitlines():
+        text = line.split("//")[0].strip()
+        if text == "replace (":
+            in_block = True
+            continue
+        if in_block and text == ")":
+            in_block = False
+            continue
+        body = text.removeprefix("replace ").strip() if text.startswith("replace ") else text
+        is_replace = in_block or text.startswith("replace ")
+        if is_replace and "=>" in body and not body.split("=>")[1].strip().startswith("."):
+            replaces.append(body)
+    return replaces
+
+
 def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
     module = "github.com/argoproj/argo-cd/v3"
     src = cache_root() / "src" / component.key
@@ -466,22 +486,7 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
     info = _module_info(
         f"{module}@{component.version}", cwd=src, log=log, progress=progress, env=env
     )
-    upstream = Path(info["GoMod"]).read_text()
-    # Every replace directive of Argo CD's go.mod except those pointing into its own tree.
-    replaces: list[str] = []
-    in_block = False
-    for line in upstream.splitlines():
-        text = line.split("//")[0].strip()
-        if text == "replace (":
-            in_block = True
-            continue
-        if in_block and text == ")":
-            in_block = False
-            continue
-        body = text.removeprefix("replace ").strip() if text.startswith("replace ") else text
-        is_replace = in_block or text.startswith("replace ")
-        if is_replace and "=>" in body and not body.split("=>")[1].strip().startswith("."):
-            replaces.append(body)
+    replaces = module_replaces(Path(info["GoMod"]).read_text())
     if not replaces:
         raise BuildError(f"no replace directives found in {module}@{component.version} go.mod")
     block = "\n".join(f"\t{r}" for r in replaces)
