@@ -41,7 +41,9 @@ def test_module_replaces_keeps_published_targets_only() -> None:
 def test_argocd_is_built_and_cached_like_the_rest() -> None:
     assert ARGOCD in COMPONENTS and GITOPS == (ARGOCD,)
     assert ARGOCD.bindir.name == f"argocd-{ARGOCD.version}"
-    assert set(ARGOCD.files) == {"application-crd.yaml", "appproject-crd.yaml"}
+    assert set(ARGOCD.files) == {
+        "application-crd.yaml", "appproject-crd.yaml", "git-verify-wrapper.sh"
+    }
 
 
 def test_settings_and_application_objects() -> None:

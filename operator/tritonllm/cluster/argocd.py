@@ -157,7 +157,8 @@ class ArgoCD:
         )
         base_env = {
             "HOME": str(home),
-            "PATH": f"{HELM.bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # helm for charts, git-verify-wrapper.sh (next to argocd) for every revision
+            "PATH": os.pathsep.join((str(HELM.bindir), str(ARGOCD.bindir), os.environ["PATH"])),
             "TMPDIR": str(self.workdir),
             "ARGOCD_GPG_ENABLED": "false",
         }
@@ -177,6 +178,8 @@ class ArgoCD:
                 "--redis",
                 redis_addr,
                 "--disable-tls",
+                "--client-ca-path",  # its default (a pod's mounted Secret) conflicts with no TLS
+                "",
                 "--logformat",
                 "text",
             ],
@@ -203,10 +206,19 @@ class ArgoCD:
                 "2",
                 "--app-resync",
                 str(APP_RESYNC_SECONDS),
+                # each resource's health message in the Application's status (kubectl shows it)
+                "--persist-resource-health",
                 "--logformat",
                 "text",
             ],
-            {**base_env, "ARGOCD_BINARY_NAME": "argocd-application-controller"},
+            {
+                **base_env,
+                "ARGOCD_BINARY_NAME": "argocd-application-controller",
+                # the in-cluster destination (https://kubernetes.default.svc) from KUBECONFIG,
+                # as Argo CD's own local development runs it, instead of a pod's service account
+                "ARGOCD_FAKE_IN_CLUSTER": "true",
+                "KUBECONFIG": str(self.cluster.kubeconfig),
+            },
         )
         deadline = time.monotonic() + timeout
         for name, port in (

@@ -51,6 +51,7 @@ from tritonllm.cluster.versions import (
     ARGOCD,
     ARGOCD_CRD_FILES,
     ARGOCD_GO_TOOLCHAIN,
+    ARGOCD_SCRIPTS,
     COMPONENTS,
     CONTAINERD,
     COREDNS,
@@ -533,6 +534,12 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
         dest = component.path(name)
         shutil.copyfile(Path(info["Dir"]) / "manifests" / "crds" / name, dest.with_suffix(".tmp"))
         os.replace(dest.with_suffix(".tmp"), dest)
+    for name in (f for f in ARGOCD_SCRIPTS if f in missing):
+        dest = component.path(name)
+        tmp = dest.with_name(name + ".tmp")
+        shutil.copyfile(Path(info["Dir"]) / "hack" / name, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, dest)
 
 
 def build_component(component: Component, progress: Progress = _stderr) -> bool:

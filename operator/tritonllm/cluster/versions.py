@@ -55,6 +55,9 @@ ARGOCD_GO_TOOLCHAIN = "go1.27.4"
 
 #: Argo CD's CRDs (``manifests/crds/`` of its module) that the GitOps tier installs.
 ARGOCD_CRD_FILES = ("application-crd.yaml", "appproject-crd.yaml")
+#: Scripts of its module's ``hack/`` that Argo CD's image puts on PATH and the repo server runs
+#: (the commit signature check, run for every revision even with GnuPG off).
+ARGOCD_SCRIPTS = ("git-verify-wrapper.sh",)
 
 #: CRD files (``config/crd/bases/`` of the LWS module) that the cluster installs. The controller
 #: also watches DisaggregatedSets, so that CRD must exist too or its manager fails to start.
@@ -127,7 +130,9 @@ REGISTRY = Component("registry", REGISTRY_VERSION, ("registry",))
 LOCAL_PATH = Component("local-path", LOCAL_PATH_VERSION, ("local-path-provisioner",))
 PAUSE = Component("pause", PAUSE_VERSION, ("pause",))
 RUNC = Component("runc", RUNC_VERSION, ("runc",))
-ARGOCD = Component("argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES)
+ARGOCD = Component(
+    "argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES + ARGOCD_SCRIPTS
+)
 
 #: What the control plane needs (kwok nodes only).
 CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
