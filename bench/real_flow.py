@@ -10,6 +10,12 @@ while the operator runs on the host, and the time until /v2/models/ensemble/gene
 through the Service is the **cold** figure (engine build Job, repository Job, two tritonserver
 ranks). The deployment is then deleted and a second one of the same model applied: the time to
 its first answer is the **warm** figure (cached engine, no build).
+
+Then the lifecycle of tests/cluster/test_real_lifecycle.py under a steady load of 3 clients (tp 1
+so a surge pod fits): an engine change rolled over (requests sent, **failed**, seconds from the
+spec change to the new pod alone), one of two pods deleted (requests sent, **failed**, seconds to
+the container's exit after its drain, and to the pod's removal), and the deployment deleted with
+engineRetention Delete (its engine files removed).
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ from pathlib import Path
 
 import yaml
 from tests.cluster.operator_harness import jobs, run_operator
-from tests.cluster.test_real_flow import EXAMPLE, SEED, _first_answer, _pods
+from tests.cluster.test_real_flow import EXAMPLE, SEED, _first_answer, _pods, restrict
+from tests.cluster.test_real_lifecycle import (
+    NAME,
+    Figures,
+    delete_deployment,
+    delete_one_pod,
+    lifecycle_cr,
+    rollover,
+)
 
 from tritonllm.cluster import images
 from tritonllm.cluster.local import LocalCluster
@@ -32,8 +46,9 @@ from tritonllm.cluster.testing import fresh_namespace, wait_for
 
 def one_round(
     cluster: LocalCluster, refs: dict[str, str], tmp: Path, i: int
-) -> tuple[float, float]:
+) -> tuple[float, float, Figures]:
     with fresh_namespace(cluster, f"bench-real-flow-{i}") as ns:
+        restrict(cluster, ns)
         cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
         cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
                         "--timeout=240s", timeout=270)
@@ -53,7 +68,16 @@ def one_round(
             cr, _ = _first_answer(cluster, ns, "cpu-standin-warm", op, 300)
             warm = time.monotonic() - start
             assert cr["status"]["engine"]["cached"] is True, cr["status"]
-    return cold, warm
+            cluster.kubectl("delete", "tllm", "cpu-standin-warm", "-n", ns, "--wait=true")
+            wait_for(lambda: not _pods(cluster, ns, "server"), timeout=180,
+                     what="warm deployment collected")
+            figures = Figures()
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(lifecycle_cr()))
+            _first_answer(cluster, ns, NAME, op, 420)
+            rollover(cluster, ns, op, figures)
+            delete_one_pod(cluster, ns, op, figures)
+            delete_deployment(cluster, ns, op)
+    return cold, warm, figures
 
 
 def main() -> None:
@@ -70,11 +94,17 @@ def main() -> None:
         colds, warms = [], []
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
-                cold, warm = one_round(cluster, refs, Path(tmp), i)
+                cold, warm, f = one_round(cluster, refs, Path(tmp), i)
                 colds.append(cold)
                 warms.append(warm)
                 print(f"round {i + 1}: apply -> first answer  cold {cold:6.1f} s   "
                       f"warm {warm:6.1f} s", flush=True)
+                print(f"  rollover to a new engine under load: {f.rollover_failed} failed of "
+                      f"{f.rollover_requests} requests, {f.rollover_seconds:.1f} s", flush=True)
+                print(f"  one of two pods deleted under load: {f.delete_failed} failed of "
+                      f"{f.delete_requests} requests; drained and exited after "
+                      f"{f.drain_seconds:.1f} s, pod gone after {f.gone_seconds:.1f} s",
+                      flush=True)
         print(f"cpu-standin (tp 2, world size 2, real node): cold median "
               f"{statistics.median(colds):.1f} s (engine build), warm median "
               f"{statistics.median(warms):.1f} s (cached engine), {args.rounds} round(s)")

@@ -297,7 +297,8 @@ class FakeImage:
 
 
 def relocate(data: Any, root: Path) -> Any:
-    """A rendered plan with every /store, /etc/tritonllm and MPI working-directory path moved
+    """A rendered plan with every /store, /etc/tritonllm, secret-file and MPI working-directory
+    path moved
     under `root`, and the example roots pointed at the fake image (a test-only rewrite;
     production plans are as rendered)."""
     if isinstance(data, dict):
@@ -305,7 +306,7 @@ def relocate(data: Any, root: Path) -> Any:
     if isinstance(data, list):
         return [relocate(v, root) for v in data]
     if isinstance(data, str):
-        for prefix in ("/store", "/etc/tritonllm", "/tmp/tritonllm-mpi"):
+        for prefix in ("/store", "/etc/tritonllm", "/tmp/tritonllm-mpi", "/var/run/secrets"):
             data = data.replace(f"{prefix}/", f"{root}{prefix}/")
             if data == prefix:
                 data = f"{root}{prefix}"

@@ -77,8 +77,23 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     c = pod["containers"][0]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["TRITONLLM_PEERING"] == "tritonllm" and dep["spec"]["replicas"] == 2
+    # kopf's peer id is the pod's name: the KopfPeering shows which pod acts.
+    assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+@pytest.mark.chart
+def test_template_renders_a_kopf_peering_per_watched_namespace(helm: str) -> None:
+    docs = template(helm, "settings.namespaces={team-a,team-b}")
+    peerings = [(d["kind"], d["metadata"].get("namespace")) for d in docs
+                if d["apiVersion"].startswith("kopf.dev/")]
+    assert peerings == [("KopfPeering", "team-a"), ("KopfPeering", "team-b")]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"name": "tmp", "mountPath": "/tmp"} in ctr["volumeMounts"]
 
 
 @pytest.mark.chart

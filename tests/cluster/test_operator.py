@@ -59,6 +59,10 @@ def test_example_reaches_ready(
     cluster: LocalCluster, namespace: str, tmp_path: Path, path: Path
 ) -> None:
     prepare_namespace(cluster, namespace)
+    # The API server's Pod Security admission checks every pod the operator renders (build,
+    # repository, serving; LeaderWorkerSet groups too): `restricted` admits them all as rendered.
+    cluster.kubectl("label", "namespace", namespace,
+                    "pod-security.kubernetes.io/enforce=restricted")
     obj = load_example(path.stem, namespace)
     with run_operator(cluster, namespace, tmp_path):
         start = time.monotonic()
@@ -374,6 +378,12 @@ def test_retention_delete_forgets_unused_engines_and_never_blocks(
         cluster.kubectl("delete", "tllm", "xi", "-n", namespace, "--timeout=90s")
     key = obj["status"]["engine"]["key"]
     assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode != 0
+    # The engine's files go too: a Job removes them from the store (run for real on the real
+    # node in tests/cluster/test_real_flow.py).
+    job = cluster.kubectl_json("get", "job", f"tritonllm-clean-{key}", "-n", namespace)
+    (ctr,) = job["spec"]["template"]["spec"]["containers"]
+    assert ctr["command"][:3] == ["rm", "-rf", "--"] and f"/store/engines/{key}" in ctr["command"]
+    assert not job["metadata"].get("ownerReferences")
 
 
 def test_deletion_is_never_blocked_when_the_operator_is_gone(

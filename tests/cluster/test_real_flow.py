@@ -56,6 +56,21 @@ COLD_TIMEOUT = 420  # typically 20-35 s: pulls, build, repository, two ranks on 
 WARM_TIMEOUT = 300  # typically 15 s
 
 
+RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
+# The securityContext a pod of ours needs in a `restricted` namespace (test clients, seeds).
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                  "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                        "readOnlyRootFilesystem": True}
+
+
+def restrict(cluster: LocalCluster, ns: str) -> None:
+    """Enforce Pod Security Admission `restricted` on the namespace: the API server refuses any
+    pod (of the operator's, the seed's, a client's) that does not pass it."""
+    cluster.kubectl("label", "namespace", ns, RESTRICTED,
+                    "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
+
+
 def _diagnose(cluster: LocalCluster, ns: str, op: Operator | None = None) -> str:
     """Everything a person needs when the flow stalls: pods, Jobs, CR, describe and logs."""
     parts = []
@@ -169,8 +184,10 @@ def _client_pod(image: str, url: str) -> dict[str, Any]:
             "tolerations": tolerations(),
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
+            "securityContext": RESTRICTED_POD,
             "containers": [{"name": "client", "image": image,
                             "command": ["python3", "-c", script],
+                            "securityContext": RESTRICTED_CONTAINER,
                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}],
         },
     }
@@ -185,6 +202,7 @@ def test_cpu_standin_example_serves_on_real_containers(
     # The example names the stand-in by its stable tag, the tag ensure_images pushed.
     assert refs["triton-standin"].split("@")[0] == example["spec"]["image"]
 
+    restrict(cluster, ns)
     # What a newcomer types: seed the store, then apply the example (kubectl, not the API).
     cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
     try:
@@ -227,6 +245,12 @@ def test_cpu_standin_example_serves_on_real_containers(
         assert server["spec"]["nodeName"] == NODE_NAME, diag
         (serving,) = server["status"]["containerStatuses"]
         assert serving["ready"] is True and serving["restartCount"] == 0, diag
+        # As rendered, restricted: the ranks run as UID 1000 on a read-only root filesystem.
+        ids = cluster.kubectl(
+            "exec", server["metadata"]["name"], "-n", ns, "-c", serving["name"], "--", "sh", "-c",
+            "id -u; touch /probe 2>/dev/null && echo writable || echo read-only; "
+            "touch /tmp/probe && echo tmp-writable").stdout.split()
+        assert ids == ["1000", "read-only", "tmp-writable"], ids
         logs = cluster.kubectl("logs", server["metadata"]["name"], "-n", ns,
                                "-c", serving["name"]).stdout
         exec_line = next((line for line in logs.splitlines()
@@ -273,6 +297,9 @@ def test_cpu_standin_example_serves_on_real_containers(
                  and not jobs(cluster, ns, "tritonllm-build-")
                  and not jobs(cluster, ns, "cpu-standin-repo-"),
                  timeout=180, what="first deployment's pods and Jobs collected")
+        # engineRetention Retain (the default): the engine's files stay on the claim.
+        assert (engine_dir / "artifact.json").is_file() and not jobs(
+            cluster, ns, "tritonllm-clean-")
         second = {**example, "metadata": {"name": "cpu-standin-warm"}}
         start = time.monotonic()
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(second))
@@ -287,3 +314,21 @@ def test_cpu_standin_example_serves_on_real_containers(
         assert _pods(cluster, ns, "engine-build") == [], _diagnose(cluster, ns, op)
         assert op.metric("tritonllm_engine_builds_total") == builds
         assert get_cr(cluster, ns, "cpu-standin-warm")["status"]["readyReplicas"] == 1
+
+
+def test_demo_ends_with_the_cpu_standin_answering_for_real(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The last step of scripts/demo (tritonllm.cli.demo.serve_for_real), on this cluster: a
+    restricted namespace, the seed, an operator, `kubectl apply` of the example, one answer."""
+    from tritonllm.cli.demo import serve_for_real
+
+    prompt, answer, took = serve_for_real(cluster, namespace, EXAMPLE, tmp_path / "op.log",
+                                          timeout=COLD_TIMEOUT)
+    print(f"\n[measure] demo, for real: prompt {prompt!r} -> answer {answer!r}, apply -> first "
+          f"answer {took:.1f} s")
+    assert (prompt, answer) == (PROMPT, EXPECTED_4)
+    labels = cluster.kubectl_json("get", "namespace", namespace)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    (server,) = _pods(cluster, namespace, "server")
+    assert server["spec"]["nodeName"] == NODE_NAME

@@ -72,8 +72,20 @@ def test_llama3_8b_awq() -> None:
     assert p["max_tokens_in_paged_kv_cache"] == "2560"
     assert p["exclude_input_in_output"].lower() == "true"
     assert p["enable_kv_cache_reuse"].lower() == "false"
-    env = {e["name"]: e for e in container(r.build_job, "build")["env"]}
-    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
+    # The token is a file in the build pod only (the download step reads it), never an env var.
+    build_pod = r.build_job["spec"]["template"]["spec"]
+    (vol,) = [v for v in build_pod["volumes"] if v["name"] == "hf-token"]
+    assert vol["secret"]["secretName"] == "hf-token"
+    assert vol["secret"]["items"] == [{"key": "HF_TOKEN", "path": "token"}]
+    assert {"name": "hf-token", "mountPath": c.HF_TOKEN_MOUNT, "readOnly": True} in container(
+        r.build_job, "build")["volumeMounts"]
+    assert _step(r, "download")["tokenFile"] == c.HF_TOKEN_FILE
+    serving = r.workload["spec"]["template"]["spec"]
+    for obj in (r.build_job["spec"]["template"]["spec"], serving):
+        for ctr in obj["containers"] + obj.get("initContainers", []):
+            assert all(e["name"] != "HF_TOKEN" and "secretKeyRef" not in e.get("valueFrom", {})
+                       for e in ctr.get("env", [])), ctr["name"]
+    assert all(v["name"] != "hf-token" for v in serving["volumes"])
     assert r.launch_plan["trtllmVersion"] == "0.13.0"
 
 

@@ -130,6 +130,13 @@ def test_rollout_never_drops_below_desired() -> None:
     assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
 
 
+def test_a_deleted_serving_pod_serves_on_until_the_endpoints_forget_it() -> None:
+    d = render_all(dep()).one("Deployment")
+    assert container(d)["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    # preStop sleep + tritonserver's drain (--exit-timeout-secs 30) fit the grace period.
+    assert d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 5 + 30
+
+
 def test_autoscaling_keeps_observed_replicas() -> None:
     d = dep({"autoscaling": {"maxReplicas": 5}})
     assert "replicas" not in render_all(d).one("Deployment")["spec"]
@@ -182,4 +189,4 @@ def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
     step = r.build_plan["steps"][1]
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
                     "revision": "main", "localDir": "/store/models/hf/org/tok/main",
-                    "tokenEnv": None}
+                    "tokenFile": None}

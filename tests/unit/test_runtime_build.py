@@ -102,11 +102,17 @@ def build_plan_for(rendered: Rendered, img: FakeImage) -> dict[str, Any]:
 
 
 def run_build(
-    img: FakeImage, plan: dict[str, Any], **env: str
+    img: FakeImage, plan: dict[str, Any], token: str = HF_TOKEN, **env: str
 ) -> tuple[int, str]:
+    """Run the plan; the token is the file the build pod mounts from the Secret."""
     path = write_plan(img.root / "etc/build.json", plan)
+    for step in plan.get("steps", []):
+        if step.get("tokenFile"):
+            token_file = Path(step["tokenFile"])
+            token_file.parent.mkdir(parents=True, exist_ok=True)
+            token_file.write_text(token + "\n")
     version = plan.get("trtllmVersion", "0.13.0")
-    base = img.env(HF_TOKEN=HF_TOKEN, FAKE_TRTLLM_VERSION=version)
+    base = img.env(FAKE_TRTLLM_VERSION=version)
     out = img.tritonllm("build", "--plan", str(path), env={**base, **env})
     return out.returncode, out.stdout + out.stderr
 
@@ -167,7 +173,7 @@ def test_build_with_fake_trtllm_tools_runs_the_exact_commands_of_each_example(
     assert image.commands() == expected
 
     hub = image.calls("huggingface_hub")
-    token = HF_TOKEN if rendered.build_plan["steps"][0]["tokenEnv"] else None
+    token = HF_TOKEN if rendered.build_plan["steps"][0]["tokenFile"] else None
     assert [c["call"] for c in hub] == ["model_info", "snapshot_download"]
     assert hub[0]["token"] == token
     # One weight format only: no .bin/.h5 next to safetensors, no Meta original/ checkpoint.
@@ -306,9 +312,9 @@ def test_build_reports_a_hub_auth_failure_naming_the_credentials(
 
 def test_build_reports_an_empty_token_naming_the_credentials(image: FakeImage) -> None:
     _, plan = prepared(image, "llama3-8b-awq")
-    code, log = run_build(image, plan, HF_TOKEN="")
+    code, log = run_build(image, plan, token="")
     assert code == common.EXIT_AUTH, log
-    assert "HF_TOKEN is empty" in log and "spec.model.credentials" in log
+    assert "token file" in log and "is empty" in log and "spec.model.credentials" in log
 
 
 def test_build_refuses_when_the_visible_gpus_cannot_run_the_build_workers(

@@ -39,6 +39,7 @@ COMPONENT_SERVER: Final = "server"
 COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
+COMPONENT_CLEANUP: Final = "engine-cleanup"  # removes an engine's files (engineRetention Delete)
 COMPONENT_STORE: Final = "model-store"
 
 # --- annotations --------------------------------------------------------------------------
@@ -61,6 +62,10 @@ TOOLS_MOUNT: Final = (
 )
 PLAN_MOUNT: Final = "/etc/tritonllm"  # rendered plans (ConfigMap)
 SHM_MOUNT: Final = "/dev/shm"
+SCRATCH_MOUNT: Final = "/tmp"  # writable emptyDir: TMPDIR, HOME, Open MPI's session directory
+# The Hugging Face token (spec.model.credentials), mounted only into the pods that download.
+HF_TOKEN_MOUNT: Final = "/var/run/secrets/tritonllm/hf"
+HF_TOKEN_FILE: Final = f"{HF_TOKEN_MOUNT}/token"
 
 # --- multi-node MPI over SSH (docs/in-pod.md) ---------------------------------------------
 MPI_SSH_PORT: Final = 2222  # the workers' sshd

@@ -471,9 +471,14 @@ class PodTemplate(ApiModel):
     """Extra pod labels (the operator's own labels win)."""
     env: list[EnvVar] = Field(default_factory=list)
     """Extra environment variables."""
-    runAsUser: int | None = Field(default=None, ge=0)
-    """UID to run as. Empty runs as the image's user; NGC Triton images run as root, so set
-    1000 (the image's triton-server user) for a non-root pod."""
+    runAsUser: int = Field(default=1000, ge=0)
+    """UID every container of the pods runs as (also their group and fsGroup). The default 1000
+    is the triton-server user of NGC Triton images, so the pods pass Pod Security Admission
+    `restricted`; 0 runs as root (admitted only under `baseline` or `privileged`)."""
+    readOnlyRootFilesystem: bool = True
+    """Mount the containers' root filesystems read-only. /tmp (also HOME and TMPDIR) is a
+    writable emptyDir, /dev/shm a memory emptyDir and the store a PVC; false only for an image
+    that must write elsewhere."""
 
 
 class TritonLLMDeploymentSpec(ApiModel):

@@ -4,6 +4,12 @@ Starts (building on first use) the local control plane, runs the operator agains
 every example in examples/ and shows them converging in a `kubectl get tllm` table until all are
 Ready, then prints apply-to-Ready times. Engine builds and pods are simulated by kwok (no GPU
 here); everything else, from admission to garbage collection, is the real Kubernetes machinery.
+
+Then one deployment for real: examples/cpu-standin.yaml on the cluster's real node (real
+containers, the CPU stand-in image from the local registry, only the GPUs simulated) in a
+namespace that enforces Pod Security `restricted`, answering a generate request; the demo prints
+the prompt, the answer and the time from `kubectl apply` to that first answer
+(`--no-real-node` leaves this part out, e.g. without root).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from typing import Any
 import tritonllm.cluster  # noqa: F401
 
 NAMESPACE = "tritonllm-demo"
+REAL_NAMESPACE = "tritonllm-demo-real"
+PROMPT = "hello world"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for Ready")
     p.add_argument(
         "--keep", action="store_true", help="leave the cluster and operator running afterwards"
+    )
+    p.add_argument(
+        "--no-real-node",
+        dest="real_node",
+        action="store_false",
+        help="leave out the real deployment (examples/cpu-standin.yaml on real containers)",
     )
     p.set_defaults(func=run)
 
@@ -97,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: no examples in {args.examples}", file=sys.stderr)
         return 2
     # Room for every example at once (the 70B one alone takes two 8-GPU nodes).
-    cluster = LocalCluster(name=args.cluster, nodes=DEMO_NODES)
+    real_example = Path(args.examples) / "cpu-standin.yaml"
+    real_node = args.real_node and real_example.is_file()
+    cluster = LocalCluster(name=args.cluster, nodes=DEMO_NODES, real_node=real_node)
     print(f"== local cluster '{args.cluster}' (binaries are built and cached on first use)")
     kubeconfig = cluster.up()
     print(f"   kubeconfig: {kubeconfig}")
@@ -211,7 +227,19 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,deploy,lws,jobs,svc -n {NAMESPACE}"
         )
-        return 0 if len(ready_at) == len(applied) else 1
+        if len(ready_at) != len(applied):
+            return 1
+        if real_node:
+            print(f"== for real: {real_example} on the real node (namespace {REAL_NAMESPACE})")
+            prompt, answer, took = serve_for_real(
+                cluster, REAL_NAMESPACE, real_example, cluster.state_dir / "operator-real.log"
+            )
+            print(f"   prompt: {prompt!r}\n   answer: {answer!r}")
+            print(f"   kubectl apply -> first answer: {took:.1f} s")
+            print(
+                f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,pods,svc -n {REAL_NAMESPACE}"
+            )
+        return 0
     finally:
         if args.keep:
             print(
@@ -223,3 +251,78 @@ def run(args: argparse.Namespace) -> int:
             operator.wait(timeout=30)
             cluster.down()
             print("== stopped the operator and the cluster")
+
+
+def _generate(url: str, prompt: str) -> str | None:
+    """The ensemble's answer, or None while nothing answers."""
+    import json
+    import urllib.request
+
+    body = json.dumps({"text_input": prompt, "max_tokens": 4}).encode()
+    req = urllib.request.Request(url, body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return str(json.loads(resp.read())["text_output"])
+    except OSError:
+        return None
+
+
+def serve_for_real(
+    cluster: Any, namespace: str, example: Path, log_path: Path, *, timeout: float = 600
+) -> tuple[str, str, float]:
+    """examples/cpu-standin.yaml on the real node, as docs/examples.md does it by hand: a
+    `restricted` namespace, the seed Job, an operator (host process, tools image from the local
+    registry), `kubectl apply`, then generate through the Service until it answers. Returns
+    (prompt, answer, seconds from apply to the answer). The namespace is left as it is."""
+    from tritonllm.cluster import images
+    from tritonllm.cluster.node import REGISTRY_ADDR
+
+    refs = images.ensure_images(REGISTRY_ADDR)
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted",
+        "--overwrite",
+    )
+    _wait(lambda: cluster.kubectl("get", "sa", "default", "-n", namespace,
+                                  check=False).returncode == 0, 60, "default ServiceAccount")
+    seed = example.parent / "cpu-standin" / "seed.yaml"
+    cluster.kubectl("apply", "-n", namespace, "-f", str(seed))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=complete", "job/cpu-standin-seed",
+                    "--timeout=300s", timeout=330)
+    with log_path.open("ab") as log:
+        operator = subprocess.Popen(
+            [str(Path(sys.executable).with_name("tritonllm")), "run", "--standalone",
+             "--kubeconfig", str(cluster.kubeconfig), "-n", namespace,
+             "--bind-address", "127.0.0.1", "--metrics-port", "0", "--health-port", "0",
+             "--resync-seconds", "5", "--tools-image", refs["operator"]],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        start = time.monotonic()
+        cluster.kubectl("apply", "-n", namespace, "-f", str(example))
+        name = str(cluster.kubectl_json("get", "-f", str(example), "-n", namespace)
+                   ["metadata"]["name"])
+
+        def endpoint() -> str | None:
+            item = cluster.kubectl_json("get", "tllm", name, "-n", namespace)
+            if not _ready(item):
+                return None
+            ip = cluster.kubectl_json("get", "svc", name, "-n", namespace)["spec"]["clusterIP"]
+            return f"http://{ip}:8000/v2/models/ensemble/generate"
+
+        url = _wait(endpoint, timeout, f"{name} Ready (operator log: {log_path})")
+        answer = _wait(lambda: _generate(url, PROMPT), 120, f"{url} answers")
+        return PROMPT, answer, time.monotonic() - start
+    finally:
+        os.killpg(operator.pid, signal.SIGTERM)
+        operator.wait(timeout=30)
+
+
+def _wait(probe: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = probe()
+        if out:
+            return out
+        time.sleep(1)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -28,7 +28,8 @@ from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.deletion import FINALIZER, plan_deletion
 from tritonllm.plan.engine import is_cache_hit, record_status
 from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
-from tritonllm.render import RenderOptions, naming, render_all, validate
+from tritonllm.render import RenderOptions, jobs, naming, render_all, validate
+from tritonllm.render.manifest import Manifest
 
 from .cache import Cache
 from .execute import execute
@@ -235,7 +236,13 @@ class Reconciler:
             try:
                 await self.kube.delete(c.API_VERSION, c.ENGINE_KIND, meta["namespace"], key)
                 logger.info("forgot engine %s (engineRetention Delete)", key)
-            except KubeError as exc:
+                # Its files go too: a Job on the store (the operator never mounts the claim).
+                dep = parse_deployment(body)
+                job = jobs.engine_cleanup_job(dep, key, RenderOptions(
+                    tools_image=self.settings.tools_image))
+                await self.kube.create(Manifest.of(job))
+                logger.info("removing engine %s from claim %s", key, dep.spec.storage.claimName)
+            except (KubeError, InvalidDeployment) as exc:
                 logger.warning("could not forget engine %s: %s", key, exc)
         elif key:
             logger.info("engine %s kept: other deployments use it", key)

@@ -5,6 +5,10 @@ the TensorRT-LLM version and GPU architecture that built it). It is named by the
 shared by every deployment with that key; its owners are those deployments (none is the
 controller), so it is garbage-collected with the last of them, while the engine on the store stays.
 
+The engine-cleanup Job removes an engine's files from the store when the last deployment using
+it goes and its storage.engineRetention is Delete. It has no owner (its deployment is being
+deleted) and goes by itself after it finishes.
+
 The model-repository Job copies the rendered repository from its ConfigMap to
 /store/repos/<ns>/<name>/<repository key>/ and checks it against the engine (tp x pp against the
 world size, TensorRT-LLM version) before any serving pod starts.
@@ -32,10 +36,14 @@ from .pod import (
     metadata,
     pod_labels,
     pod_spec_common,
+    scratch_mount,
+    scratch_volume,
     shm_volume,
     store_mounts,
     store_placement,
     store_volumes,
+    token_mounts,
+    token_volume,
     tools_init_container,
 )
 
@@ -78,6 +86,9 @@ def _build_pod_spec(
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+            scratch_mount(),
+            # The download step reads the Hugging Face token from this file (no env var).
+            *token_mounts(dep),
         ],
         "securityContext": container_security(dep),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -94,13 +105,15 @@ def _build_pod_spec(
     return {
         **(common if gpus else {"securityContext": common["securityContext"]}),
         "restartPolicy": "Never",
-        "initContainers": [tools_init_container(opts)],
+        "initContainers": [tools_init_container(dep, opts)],
         "containers": [container],
         "volumes": [
             *store_volumes(dep),
             {"name": TOOLS_VOLUME, "emptyDir": {}},
             {"name": PLAN_VOLUME, "configMap": {"name": name}},
             shm_volume(dep),
+            scratch_volume(),
+            *token_volume(dep),
         ],
     }
 
@@ -221,6 +234,45 @@ def repository_job(
                             },
                         },
                     ],
+                },
+            },
+        },
+    }
+
+
+CLEANUP_TTL_SECONDS = 600
+
+
+def engine_cleanup_job(dep: TritonLLMDeployment, key: str, opts: RenderOptions) -> dict[str, Any]:
+    """`rm -rf` of the engine's and its converted checkpoint's directories on the store, in the
+    tools image, placed like the repository Job (a node-local claim is reachable only there)."""
+    labels = naming.shared_labels(key, c.COMPONENT_CLEANUP)
+    container = {
+        "name": "cleanup",
+        "image": opts.tools_image,
+        "command": ["rm", "-rf", "--", naming.engine_dir(key), naming.checkpoint_dir(key)],
+        "volumeMounts": store_mounts(dep, read_only=False)[:1],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"tritonllm-clean-{key}", "namespace": dep.namespace,
+                     "labels": labels},
+        "spec": {
+            "backoffLimit": 3,
+            "activeDeadlineSeconds": 600,
+            "ttlSecondsAfterFinished": CLEANUP_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "securityContext": pod_spec_common(dep)["securityContext"],
+                    **store_placement(dep),
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": store_volumes(dep)[:1],
                 },
             },
         },

@@ -1,8 +1,11 @@
 """Pod-level pieces shared by the build Job and the serving pods.
 
-Security defaults: no privilege escalation, all capabilities dropped, the runtime's default seccomp
-profile, and non-root when the user gives a UID (NGC Triton images run as root by default; their
-`triton-server` user is UID 1000). GPUs come from the `nvidia.com/gpu` resource, the GPU product
+Security defaults: every pod passes Pod Security Admission `restricted` as rendered: non-root
+(podTemplate.runAsUser, default 1000, the `triton-server` user of NGC Triton images, which run as
+root unless told), the runtime's default seccomp profile, no privilege escalation, all
+capabilities dropped and a read-only root filesystem, with writable emptyDirs where programs
+write (/tmp, also HOME and TMPDIR; /dev/shm). The Hugging Face token is a file mounted only into
+the build pod, which downloads. GPUs come from the `nvidia.com/gpu` resource, the GPU product
 from a required node affinity on `nvidia.com/gpu.product`, and a toleration for the usual
 `nvidia.com/gpu` taint is always present.
 """
@@ -22,6 +25,8 @@ STORE_VOLUME = "model-store"
 SOURCE_VOLUME = "model-source"
 PLAN_VOLUME = "plan"
 SHM_VOLUME = "dshm"
+SCRATCH_VOLUME = "scratch"
+HF_TOKEN_VOLUME = "hf-token"
 PYZ = f"{c.TOOLS_MOUNT}/tritonllm.pyz"
 # Where the operator image keeps the zipapp of tritonllm's in-pod entry points.
 PYZ_IN_TOOLS_IMAGE = "/usr/local/share/tritonllm/tritonllm.pyz"
@@ -75,24 +80,28 @@ def metadata(
 
 
 def container_security(dep: TritonLLMDeployment) -> dict[str, Any]:
-    sec: dict[str, Any] = {
+    """Every container: the fields Pod Security Admission `restricted` checks, set on the
+    container itself so they hold whatever the pod level says."""
+    uid = dep.spec.podTemplate.runAsUser
+    return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": dep.spec.podTemplate.readOnlyRootFilesystem,
+        "runAsNonRoot": uid != 0,
+        "runAsUser": uid,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    uid = dep.spec.podTemplate.runAsUser
-    if uid is not None:
-        sec["runAsUser"] = uid
-        sec["runAsNonRoot"] = uid != 0
-    return sec
 
 
 def pod_security(dep: TritonLLMDeployment) -> dict[str, Any]:
-    sec: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     uid = dep.spec.podTemplate.runAsUser
-    if uid is not None:
-        sec.update({"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, "runAsNonRoot": uid != 0})
-    return sec
+    return {
+        "fsGroup": uid,
+        "runAsGroup": uid,
+        "runAsNonRoot": uid != 0,
+        "runAsUser": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def tolerations(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
@@ -125,24 +134,47 @@ def affinity(dep: TritonLLMDeployment) -> dict[str, Any] | None:
 def env(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": f"{c.STORE_MOUNT}/.cache/huggingface"},
+        # The root filesystem is read-only: home and temporary files go to the scratch emptyDir.
+        {"name": "HOME", "value": c.SCRATCH_MOUNT},
+        {"name": "TMPDIR", "value": c.SCRATCH_MOUNT},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         # Open MPI inside containers: shared-memory single-copy needs ptrace, which restricted
         # pods do not have; this falls back to plain copies.
         {"name": "OMPI_MCA_btl_vader_single_copy_mechanism", "value": "none"},
     ]
-    creds = dep.spec.model.credentials
-    if creds:
-        out.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": creds.secretName, "key": creds.key}},
-            }
-        )
     out += [e.to_wire() for e in dep.spec.podTemplate.env]
     return out
 
 
-def tools_init_container(opts: RenderOptions) -> dict[str, Any]:
+def token_volume(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    """The Hugging Face token as one file (only for the pods that download)."""
+    creds = dep.spec.model.credentials
+    if not creds:
+        return []
+    items = [{"key": creds.key, "path": "token"}]
+    return [
+        {
+            "name": HF_TOKEN_VOLUME,
+            "secret": {"secretName": creds.secretName, "items": items, "defaultMode": 0o440},
+        }
+    ]
+
+
+def token_mounts(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    if not dep.spec.model.credentials:
+        return []
+    return [{"name": HF_TOKEN_VOLUME, "mountPath": c.HF_TOKEN_MOUNT, "readOnly": True}]
+
+
+def scratch_volume() -> dict[str, Any]:
+    return {"name": SCRATCH_VOLUME, "emptyDir": {}}
+
+
+def scratch_mount() -> dict[str, Any]:
+    return {"name": SCRATCH_VOLUME, "mountPath": c.SCRATCH_MOUNT}
+
+
+def tools_init_container(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any]:
     """Copies tritonllm's zipapp into the pod; the Triton image runs it with its own python3."""
     return {
         "name": "tritonllm-tools",
@@ -150,11 +182,7 @@ def tools_init_container(opts: RenderOptions) -> dict[str, Any]:
         "command": ["cp", PYZ_IN_TOOLS_IMAGE, PYZ],
         "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
     }
 
 

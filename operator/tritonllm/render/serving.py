@@ -33,6 +33,8 @@ from .pod import (
     metadata,
     pod_labels,
     pod_spec_common,
+    scratch_mount,
+    scratch_volume,
     shm_volume,
     store_mounts,
     store_volumes,
@@ -40,6 +42,8 @@ from .pod import (
 )
 
 PROBE_PERIOD_SECONDS = 10
+# Seconds a deleted serving pod keeps serving before its SIGTERM (endpoint removal propagates).
+PRESTOP_SLEEP_SECONDS = 5
 # Startup budget: loading a cached engine from the store is minutes; the first load after a
 # build (cold page cache) or an llmapi load (weights read and compiled at start) takes longer.
 STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
@@ -100,6 +104,7 @@ def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
+            scratch_mount(),
         ],
         "securityContext": container_security(dep),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -107,6 +112,11 @@ def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict
     if role != "worker":
         container["ports"] = _ports()
         container.update(probes(opts))
+        # A deleted pod leaves the Service's endpoints while the kubelet starts stopping it:
+        # serving on for a few seconds before SIGTERM lets every kube-proxy stop sending it new
+        # requests first, so a rollout or a pod deletion loses none (tritonserver then drains
+        # what is in flight within --exit-timeout-secs).
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_SECONDS}}}
     if dep.spec.topology.multi_node:
         container["volumeMounts"].append(
             {"name": "mpi-ssh", "mountPath": c.MPI_SSH_MOUNT, "readOnly": True}
@@ -122,6 +132,7 @@ def _volumes(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
         {"name": TOOLS_VOLUME, "emptyDir": {}},
         {"name": PLAN_VOLUME, "configMap": {"name": cm, "items": items}},
         shm_volume(dep),
+        scratch_volume(),
     ]
     if dep.spec.topology.multi_node:
         secret = {"secretName": naming.mpi_secret_name(dep), "defaultMode": 0o400}
@@ -156,7 +167,7 @@ def _pod_template(
             **pod_spec_common(dep),
             # Long enough for tritonserver to drain in-flight requests after SIGTERM.
             "terminationGracePeriodSeconds": 60,
-            "initContainers": [tools_init_container(opts)],
+            "initContainers": [tools_init_container(dep, opts)],
             "containers": [_container(dep, opts, role)],
             "volumes": _volumes(dep, repo_key),
         },

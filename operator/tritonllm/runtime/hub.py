@@ -14,7 +14,6 @@ snapshot_download resumes partial downloads by itself, so a rerun after a crash 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +45,23 @@ def select_files(files: list[str], *, tokenizer_only: bool) -> list[str]:
 
 
 def _token(step: dict[str, Any]) -> str | None:
-    env = step.get("tokenEnv")
-    if not env:
+    """The token from the file the build pod mounts from spec.model.credentials' Secret."""
+    path = step.get("tokenFile")
+    if not path:
         return None
-    token = os.environ.get(env, "")
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise Failure(
+            EXIT_AUTH,
+            f"cannot read the Hugging Face token file {path} ({exc.strerror}): the Secret named "
+            "by spec.model.credentials must hold a Hugging Face token under its key",
+        ) from exc
     if not token:
         raise Failure(
             EXIT_AUTH,
-            f"environment variable {env} is empty: the Secret named by spec.model.credentials "
-            "must hold a Hugging Face token under its key",
+            f"the Hugging Face token file {path} is empty: the Secret named by "
+            "spec.model.credentials must hold a Hugging Face token under its key",
         )
     return token
 
@@ -74,7 +81,7 @@ def _classify(exc: Exception, step: dict[str, Any]) -> Failure | None:
         how = (
             "check the token in the Secret named by spec.model.credentials and that its account "
             "has accepted the model's license"
-            if step.get("tokenEnv")
+            if step.get("tokenFile")
             else "the model is gated or private and no token was given: set "
             "spec.model.credentials to a Secret holding a Hugging Face token"
         )

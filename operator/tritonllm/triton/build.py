@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritonllm.api import constants as c
 from tritonllm.api.spec import MODELOPT_FORMATS, TritonLLMDeploymentSpec
 from tritonllm.api.versions import TrtllmVersion
 
@@ -176,7 +177,8 @@ def download_step(
             "repo": source.removeprefix("hf://"),
             "revision": revision or spec.model.revision,
             "localDir": weights_dir,
-            "tokenEnv": "HF_TOKEN" if spec.model.credentials else None,
+            # The Secret of spec.model.credentials, mounted as a file into the build pod only.
+            "tokenFile": c.HF_TOKEN_FILE if spec.model.credentials else None,
         }
     return {"name": name, "kind": "local", "localDir": weights_dir}
 
