@@ -536,10 +536,10 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
         os.replace(dest.with_suffix(".tmp"), dest)
     for name in (f for f in ARGOCD_SCRIPTS if f in missing):
         dest = component.path(name)
-        tmp = dest.with_name(name + ".tmp")
-        shutil.copyfile(Path(info["Dir"]) / "hack" / name, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, dest)
+        partial = dest.with_name(name + ".tmp")
+        shutil.copyfile(Path(info["Dir"]) / "hack" / name, partial)
+        partial.chmod(0o755)
+        os.replace(partial, dest)
 
 
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
