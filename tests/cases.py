@@ -200,6 +200,117 @@ INVALID: list[Invalid] = [
         says="int8",
     ),
     Invalid("bad-shm-quantity", cr({"podTemplate": {"shmSize": "lots"}}), "podTemplate.shmSize"),
+    # --- hardening: quantities, paths, label syntax, sizes, autoscaling targets ---------------
+    Invalid(
+        "hpa-cpu-millicores",
+        cr({"autoscaling": {"maxReplicas": 3, "metric": "cpu", "target": "500m"}}),
+        "autoscaling.target",
+        says="utilization percentage",
+    ),
+    Invalid(
+        "hpa-cpu-fraction",
+        cr({"autoscaling": {"maxReplicas": 3, "metric": "cpu", "target": "0.5"}}),
+        "autoscaling.target",
+        says="utilization percentage",
+    ),
+    Invalid(
+        "hpa-cpu-zero",
+        cr({"autoscaling": {"maxReplicas": 3, "metric": "cpu", "target": "0"}}),
+        "autoscaling.target",
+        says="utilization percentage",
+    ),
+    Invalid(
+        "hpa-pods-zero",
+        cr({"autoscaling": {"maxReplicas": 3, "metric": "pendingRequests", "target": "0"}}),
+        "autoscaling.target",
+        says="above 0",
+    ),
+    Invalid(
+        "cpu-junk-quantity",
+        cr({"podTemplate": {"resources": {"cpu": "8 cores"}}}),
+        "podTemplate.resources.cpu",
+    ),
+    Invalid(
+        "memory-negative",
+        cr({"podTemplate": {"resources": {"memory": "-64Gi"}}}),
+        "podTemplate.resources.memory",
+    ),
+    Invalid(
+        "pvc-path-escapes-claim",
+        cr({"model": {"source": "pvc://models/llama/../../etc"}}),
+        "model.source",
+        says="inside its claim",
+    ),
+    Invalid(
+        "tokenizer-path-escapes-claim",
+        cr({"model": {"tokenizer": {"source": "pvc://models/.."}}}),
+        "model.tokenizer.source",
+        says="inside its claim",
+    ),
+    Invalid(
+        "label-key-with-space",
+        cr({"podTemplate": {"labels": {"my team": "a"}}}),
+        "podTemplate.labels",
+        says="label keys",
+    ),
+    Invalid(
+        "label-value-too-long",
+        cr({"podTemplate": {"labels": {"team": "x" * 64}}}),
+        "podTemplate.labels",
+    ),
+    Invalid(
+        "node-selector-bad-key",
+        cr({"podTemplate": {"nodeSelector": {"-gpu": "yes"}}}),
+        "podTemplate.nodeSelector",
+        says="label keys",
+    ),
+    Invalid(
+        "toleration-value-not-a-label-value",
+        cr({"podTemplate": {"tolerations": [{"key": "gpu", "value": "a b"}]}}),
+        "podTemplate.tolerations[0].value",
+    ),
+    Invalid(
+        "toleration-exists-with-value",
+        cr({"podTemplate": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "a"}]}}),
+        "podTemplate.tolerations",
+        says="must not set value",
+    ),
+    Invalid(
+        "annotation-of-one-megabyte",
+        cr({"podTemplate": {"annotations": {"note": "x" * (1 << 20)}}}),
+        "podTemplate.annotations.note",
+    ),
+    Invalid(
+        "too-many-annotations",
+        cr({"podTemplate": {"annotations": {f"a{i}": "x" for i in range(33)}}}),
+        "podTemplate.annotations",
+    ),
+    Invalid(
+        "storage-class-not-a-name",
+        cr({"storage": {"create": {"size": "10Gi", "storageClassName": "Fast_SSD"}}}),
+        "storage.create.storageClassName",
+    ),
+    Invalid(
+        "extra-parameter-bad-key",
+        cr({"serving": {"extraParameters": {"max-tokens": "3"}}}),
+        "serving.extraParameters",
+        says="parameter names",
+    ),
+    Invalid(
+        "network-policy-cidr-without-prefix",
+        cr({"networkPolicy": {"fromCidrs": ["10.0.0.1"]}}),
+        "networkPolicy.fromCidrs[0]",
+    ),
+    Invalid(
+        "network-policy-namespace-not-a-name",
+        cr({"networkPolicy": {"fromNamespaces": ["Ingress_NS"]}}),
+        "networkPolicy.fromNamespaces[0]",
+    ),
+    Invalid(
+        "tp-quoted-number",
+        cr({"engine": {"parallelism": {"tensor": "2"}}}),
+        "engine.parallelism.tensor",
+    ),
     Invalid("name-too-long", cr(metadata={"name": "a" * 45}), "metadata.name"),
     Invalid("name-starts-with-digit", cr(metadata={"name": "7b-llama"}), "metadata.name"),
     # Only the operator can tell these (no version table or GPU knowledge in the API server):
@@ -237,10 +348,97 @@ INVALID: list[Invalid] = [
         says="Ada",
     ),
     Invalid(
+        "awq-on-turing",
+        cr({"engine": {"quantization": {"format": "int4_awq"}}, "gpu": {"product": "Tesla-T4"}}),
+        "spec.engine.quantization.format",
+        admission=False,
+        says="Ampere",
+    ),
+    Invalid(
+        "int8-sq-on-volta",
+        cr({"engine": {"quantization": {"format": "int8_sq"}}, "gpu": {"product": "Tesla-V100"}}),
+        "spec.engine.quantization.format",
+        admission=False,
+        says="Ampere",
+    ),
+    Invalid(
+        "bf16-on-turing",
+        cr({"engine": {"dtype": "bfloat16"}, "gpu": {"product": "Tesla-T4"}}),
+        "spec.engine.dtype",
+        admission=False,
+        says="Ampere",
+    ),
+    Invalid(
+        "nvfp4-on-hopper",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:25.03-trtllm-python-py3",
+                "engine": {"quantization": {"format": "nvfp4"}},
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            }
+        ),
+        "spec.engine.quantization.format",
+        admission=False,
+        says="Blackwell",
+    ),
+    Invalid(
+        "version-contradicts-image-tag",
+        cr({"trtllmVersion": "0.9.0"}),
+        "spec.trtllmVersion",
+        admission=False,
+        says="carries TensorRT-LLM",
+    ),
+    Invalid(
+        "tp-does-not-divide-heads",
+        cr({"engine": {"parallelism": {"tensor": 3}}}),
+        "spec.engine.parallelism.tensor",
+        admission=False,
+        says="attention heads",
+    ),
+    Invalid(
+        "pp-does-not-divide-layers",
+        cr({"engine": {"parallelism": {"pipeline": 5}}}),
+        "spec.engine.parallelism.pipeline",
+        admission=False,
+        says="layers",
+    ),
+    Invalid(
         "shm-above-memory",
         cr({"podTemplate": {"shmSize": "128Gi", "resources": {"memory": "64Gi"}}}),
         "spec.podTemplate.shmSize",
         admission=False,
         says="memory",
     ),
+]
+
+
+# Text that `tritonllm render` must refuse as the API server does (exit 2, one line naming the
+# problem, never a traceback): (id, YAML text, a substring of the error).
+_GOOD = (
+    "apiVersion: tritonllm.io/v1alpha1\nkind: TritonLLMDeployment\nmetadata: {name: demo}\n"
+    "spec:\n  image: nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3\n"
+    "  model: {source: hf://meta-llama/Llama-2-7b-hf}\n"
+)
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6)
+)
+BAD_YAML: list[tuple[str, str, str]] = [
+    ("duplicate-key", _GOOD + "  image: other\n", "duplicate key 'image'"),
+    ("no-kind", _GOOD.replace("kind: TritonLLMDeployment\n", ""), "kind: is required"),
+    ("no-api-version", _GOOD.replace("apiVersion: tritonllm.io/v1alpha1\n", ""),
+     "apiVersion: is required"),
+    ("metadata-not-a-mapping", _GOOD.replace("metadata: {name: demo}", "metadata: [demo]"),
+     "metadata: must be a mapping"),
+    ("metadata-a-string", _GOOD.replace("metadata: {name: demo}", "metadata: demo"),
+     "metadata: must be a mapping"),
+    ("spec-a-list", _GOOD.split("spec:")[0] + "spec: [1, 2]\n", "spec: must be a mapping"),
+    ("quoted-number", _GOOD + "  engine: {parallelism: {tensor: '2'}}\n",
+     "spec.engine.parallelism.tensor"),
+    ("alias-bomb", _GOOD + "  podTemplate: {annotations: {x: y}}\n" + "---\n" + _BOMB,
+     "alias bomb"),
+    ("not-yaml", _GOOD + "  : : [\n", "not valid YAML"),
+    ("unknown-top-level-field", _GOOD.replace("spec:", "specs: {}\nspec:"),
+     "specs: is not a field"),
+    ("unknown-metadata-field", _GOOD.replace("{name: demo}", "{name: demo, nmespace: x}"),
+     "metadata.nmespace: is not a field"),
 ]

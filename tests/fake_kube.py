@@ -78,6 +78,13 @@ class FakeKube:
                 out.append(copy.deepcopy(obj))
         return out
 
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        self._record("get", kind, name)
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
     # --- writes --------------------------------------------------------------------------------
 
     async def apply(self, obj: Sendable) -> dict[str, Any]:
@@ -124,8 +131,12 @@ class FakeKube:
         name: str,
         *,
         propagation: str = "Background",
+        uid: str | None = None,
     ) -> bool:
         self._record("delete", kind, name)
+        live = self.objects.get((kind, namespace, name))
+        if uid and live is not None and live["metadata"].get("uid") != uid:
+            raise KubeError(409, "Conflict", "Precondition failed: UID in precondition")
         return self.objects.pop((kind, namespace, name), None) is not None
 
     async def post_event(self, event: Sendable) -> None:

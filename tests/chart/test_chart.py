@@ -153,3 +153,133 @@ def test_chart_rbac_is_enough_to_reconcile(helm: str, cluster: LocalCluster, nam
     finally:
         run_helm(helm, "uninstall", release, "--namespace", namespace,
                  "--kubeconfig", str(cluster.kubeconfig), check=False)
+
+
+# Verbs the operator's code uses, per resource (docs/hardening.md derives them from its API
+# calls); the chart grants exactly these.
+OPERATOR_VERBS = {
+    "tritonllmdeployments": {"list", "watch", "patch"},
+    "tritonllmdeployments/status": {"patch"},
+    "tritonllmengines": {"list", "watch", "create", "patch", "delete"},
+    "tritonllmengines/status": {"patch"},
+    "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
+    "services": {"get", "list", "watch", "create", "patch"},
+    "jobs": {"get", "list", "watch", "create", "patch", "delete"},
+    "deployments": {"get", "list", "watch", "create", "patch"},
+    "leaderworkersets": {"get", "list", "watch", "create", "patch"},
+    "deployments/scale": {"patch"},
+    "leaderworkersets/scale": {"patch"},
+    "horizontalpodautoscalers": {"get", "list", "watch", "create", "patch", "delete"},
+    "poddisruptionbudgets": {"get", "list", "watch", "create", "patch", "delete"},
+    "networkpolicies": {"get", "list", "watch", "create", "patch", "delete"},
+    "persistentvolumeclaims": {"list", "watch", "create", "patch"},
+    "secrets": {"get", "list", "watch", "create"},
+    "pods": {"list"},
+    "events": {"create"},
+}
+
+
+def _verbs(rules: list[dict[str, Any]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for rule in rules:
+        for res in rule["resources"]:
+            out.setdefault(res, set()).update(rule["verbs"])
+    return out
+
+
+@pytest.mark.chart
+def test_rbac_grants_only_the_verbs_the_code_uses(helm: str) -> None:
+    docs = template(helm)
+    role = next(d for d in docs if d["kind"] == "ClusterRole"
+                and d["metadata"]["name"] == "demo-tritonllm")
+    granted = _verbs(role["rules"])
+    for res, verbs in OPERATOR_VERBS.items():
+        assert granted.pop(res) == verbs, res
+    # what remains is kopf's: the CRD scan, the schedule's Namespace, GPU nodes, peering
+    assert granted == {
+        "customresourcedefinitions": {"get", "list", "watch"},
+        "namespaces": {"get", "list", "watch"},
+        "nodes": {"list", "watch"},
+        "clusterkopfpeerings": {"get", "list", "watch", "patch"},
+    }
+
+
+@pytest.mark.chart
+def test_watched_namespaces_get_roles_not_a_cluster_role(helm: str) -> None:
+    docs = template(helm, "settings.namespaces={team-a,team-b}")
+    roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
+    assert sorted(roles) == ["team-a", "team-b"]
+    for role in roles.values():
+        granted = _verbs(role["rules"])
+        assert granted.pop("kopfpeerings") == {"get", "list", "watch", "patch"}
+        assert granted == OPERATOR_VERBS
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    cluster = next(d for d in docs if d["kind"] == "ClusterRole"
+                   and d["metadata"]["name"] == "demo-tritonllm")
+    assert set(_verbs(cluster["rules"])) == {"customresourcedefinitions", "namespaces", "nodes"}
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+
+
+@pytest.mark.chart
+def test_user_roles_aggregate_into_edit_and_view(helm: str) -> None:
+    docs = {d["metadata"]["name"]: d for d in template(helm) if d["kind"] == "ClusterRole"}
+    edit, view = docs["tritonllm-edit"], docs["tritonllm-view"]
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert "create" in _verbs(edit["rules"])["tritonllmdeployments"]
+    assert _verbs(view["rules"])["tritonllmdeployments"] == {"get", "list", "watch"}
+    assert "create" not in _verbs(edit["rules"])["tritonllmengines"]
+
+
+@pytest.mark.chart
+@pytest.mark.cluster
+def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
+    helm: str, cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """settings.namespaces: the operator reconciles to Ready with only its Role in the watched
+    namespace (and the cluster-scoped reads), and `kubectl auth can-i` shows what it cannot do."""
+    release = f"ns-{namespace[-6:]}"
+    run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
+             "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
+             "--set", "replicaCount=1", "--set", f"settings.namespaces={{{namespace}}}",
+             "--set", "rbac.userRoles=false", "--skip-crds")
+    sa = f"system:serviceaccount:{namespace}:{release}-tritonllm"
+
+    def can(verb: str, res: str, ns: str | None = namespace) -> bool:
+        where = ["-n", ns] if ns else []
+        proc = cluster.kubectl("auth", "can-i", verb, res, f"--as={sa}", *where, check=False)
+        return proc.stdout.strip() == "yes"
+
+    try:
+        assert can("patch", "services") and can("create", "networkpolicies")
+        assert not can("patch", "secrets") and not can("delete", "persistentvolumeclaims")
+        assert not can("delete", "services") and not can("create", "pods/exec")
+        assert not can("get", "secrets", "kube-system") and not can("list", "configmaps", None)
+        token = cluster.kubectl("create", "token", f"{release}-tritonllm", "-n", namespace,
+                                "--duration=1h").stdout.strip()
+        cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+        kubeconfig = tmp_path / "sa.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "local", "cluster": cfg["clusters"][0]["cluster"]}],
+            "users": [{"name": "sa", "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
+            "current-context": "sa",
+        }))
+        prepare_namespace(cluster, namespace)
+        with run_operator(cluster, namespace, tmp_path, kubeconfig=kubeconfig) as op:
+            cluster.apply([{
+                "apiVersion": "tritonllm.io/v1alpha1", "kind": "TritonLLMDeployment",
+                "metadata": {"name": "ns-check", "namespace": namespace},
+                "spec": {"image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+                         "model": {"source": "hf://openai-community/gpt2"},
+                         "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+                         "serving": {"replicas": 2}},
+            }])
+            wait_ready(cluster, namespace, "ns-check")
+            assert "Forbidden" not in op.logs() and "403" not in op.logs()
+    finally:
+        run_helm(helm, "uninstall", release, "--namespace", namespace,
+                 "--kubeconfig", str(cluster.kubeconfig), check=False)

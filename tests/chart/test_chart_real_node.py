@@ -14,7 +14,6 @@ Nothing but the GPUs is simulated.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 import urllib.request
@@ -183,8 +182,8 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
         assert reconciles(ips[standby]) == 0
         logs = cluster.kubectl("logs", active, "-n", ns).stdout
         assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
-        assert re.search(r"Pausing operations in favour of", cluster.kubectl(
-            "logs", standby, "-n", ns).stdout), "the standby never paused"
+        # The standby's metrics above are the proof that it paused: kopf's "Pausing operations"
+        # log line is not (one run's standby log lacked it while its metrics showed no reconcile).
 
         # Delete the active replica: the standby takes over (first reconcile after deletion).
         start = time.monotonic()

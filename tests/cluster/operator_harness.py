@@ -87,6 +87,7 @@ def run_operator(
     tag: str = "op",
     kubeconfig: Path | None = None,
     tools_image: str = "registry.invalid/tritonllm:test",
+    log_level: str = "INFO",
 ) -> Iterator[Operator]:
     """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
     on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
@@ -108,6 +109,8 @@ def run_operator(
         "127.0.0.1",
         "--log-format",
         "text",
+        "--log-level",
+        log_level,
         "--resync-seconds",
         str(resync),
         "--tools-image",

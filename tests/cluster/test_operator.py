@@ -268,12 +268,16 @@ def test_steady_state_makes_no_writes(
         wait_ready(cluster, namespace, "kappa")
         time.sleep(3)
         before = op.writes()
+        reads_before = sum(op.metric("tritonllm_api_calls_total", verb=v) for v in ("get", "list"))
         reconciles = op.metric("tritonllm_reconciles_total")
         time.sleep(10)  # several resync reconciles
         done = op.metric("tritonllm_reconciles_total") - reconciles
         writes = op.writes() - before
+        reads = sum(op.metric("tritonllm_api_calls_total", verb=v) for v in ("get", "list"))
         assert done >= 3
         assert writes == 0, op.metrics()
+        # the ownership checks read only before creating: nothing per steady reconcile
+        assert reads - reads_before == 0, op.metrics()
     print(f"\n[measure] API writes in {done:.0f} steady-state reconciles: {writes:.0f}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cases import EXAMPLES, INVALID, Invalid, cr
+from tests.cases import BAD_YAML, EXAMPLES, INVALID, Invalid, cr
 from tritonllm.cli.main import main
 
 
@@ -92,3 +92,14 @@ def test_help_lists_every_verb(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for verb in ("crd", "render", "run", "cluster", "demo"):
         assert verb in out
+
+
+@pytest.mark.parametrize("text,says", [c[1:] for c in BAD_YAML], ids=[c[0] for c in BAD_YAML])
+def test_render_is_as_strict_as_the_api_server(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "cr.yaml"
+    path.write_text(text)
+    code, out, err = render(capsys, "-f", str(path))
+    assert (code, out) == (2, ""), err
+    assert says in err, err
+    assert "Traceback" not in err and err.startswith("error: ")

@@ -38,6 +38,7 @@ def test_kwok_stages_cover_the_whole_lifecycle() -> None:
         "pod-complete",
         "pod-fail",
         "pod-crash",
+        "pod-terminate-on-delete",
         "pod-delete",
     }
     assert all(s["kind"] == "Stage" for s in stages.values())

@@ -6,6 +6,8 @@ import copy
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from tests.cases import cr
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
@@ -75,6 +77,7 @@ class World:
             gpu_nodes=self.obs.get("gpu_nodes"),
             mpi_secret_present=self.obs.get("mpi_secret_present"),
             unschedulable=self.obs.get("unschedulable"),
+            pods_refused=self.obs.get("pods_refused"),
         )
 
     def step(self) -> Plan:
@@ -140,7 +143,8 @@ def kinds(p: Plan) -> list[str]:
 def test_fresh_object_creates_store_engine_record_and_build() -> None:
     w = World()
     p = w.step()
-    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service"]
+    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service",
+                        "NetworkPolicy"]
     assert w.engine_status["state"] == "Building"
     assert w.cond(c.COND_ENGINE_READY)["reason"] == "Building"
     assert w.cond(c.COND_PROGRESSING)["status"] == "True"
@@ -416,3 +420,22 @@ def test_unschedulable_serving_pod_is_named_in_progressing() -> None:
     w.step()
     prog = w.cond(c.COND_PROGRESSING)
     assert prog["reason"] == "Unschedulable" and "nvidia.com/gpu" in prog["message"]
+
+
+@pytest.mark.parametrize("refused,reason", [
+    ('pods "demo-x" is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=1',
+     "QuotaExceeded"),
+    ('pods "demo-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true',
+     "AdmissionRefused"),
+])
+def test_serving_pods_the_cluster_refuses_are_degraded(refused: str, reason: str) -> None:
+    w = World(pods_refused=refused)
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    w.step()
+    w.step()
+    degraded = w.cond(c.COND_DEGRADED)
+    assert degraded["status"] == "True" and degraded["reason"] == reason
+    assert refused in degraded["message"]

@@ -18,6 +18,7 @@ APPLY_ORDER = [
     "ConfigMap",
     "Job",
     "Service",
+    "NetworkPolicy",
     "Deployment",
     "HorizontalPodAutoscaler",
     "PodDisruptionBudget",
@@ -190,3 +191,118 @@ def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
                     "revision": "main", "localDir": "/store/models/hf/org/tok/main",
                     "tokenFile": None}
+
+
+def test_network_policy_opens_the_serving_ports_to_the_namespace_and_named_sources() -> None:
+    r = render_all(dep({"networkPolicy": {"fromNamespaces": ["gateway"],
+                                          "fromCidrs": ["10.8.0.0/16"]}}))
+    np = r.network_policy
+    assert np is not None and np.name == r.service.name
+    spec = np["spec"]
+    assert spec["podSelector"]["matchLabels"] == r.workload["spec"]["selector"]["matchLabels"]
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]  # one node: no traffic between serving pods is needed
+    assert sorted(p["port"] for p in rule["ports"]) == [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
+    assert rule["from"][0] == {"podSelector": {}}  # the deployment's own namespace
+    values = rule["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert values == ["gateway"]
+    assert rule["from"][2] == {"ipBlock": {"cidr": "10.8.0.0/16"}}
+
+
+def test_network_policy_multi_node_lets_only_the_deployments_pods_reach_sshd_and_mpi() -> None:
+    r = render_all(dep({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}))
+    serving, group = r.network_policy["spec"]["ingress"]
+    assert "ports" not in group  # sshd and the ports MPI/NCCL choose at run time
+    assert group["from"] == [{"podSelector": {"matchLabels": {
+        c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "demo", c.LABEL_COMPONENT: "server"}}}]
+    assert c.MPI_SSH_PORT not in [p["port"] for p in serving["ports"]]
+
+
+def test_network_policy_can_be_turned_off() -> None:
+    r = render_all(dep({"networkPolicy": {"enabled": False}}))
+    assert r.network_policy is None
+    assert "NetworkPolicy" not in [o.kind for o in r.objects]
+
+
+def test_a_tokenizer_on_a_third_claim_is_mounted_not_read_from_the_models() -> None:
+    r = render_all(dep({"model": {"source": "pvc://weights/llama",
+                                  "tokenizer": {"source": "pvc://tokenizers/llama"}}}))
+    pod = r.workload["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims["model-source"] == "weights" and claims["tokenizer-source"] == "tokenizers"
+    mounts = {m["name"]: m["mountPath"] for m in container(r.workload)["volumeMounts"]}
+    assert mounts["tokenizer-source"] == "/source-tokenizer"
+    assert any("/source-tokenizer/llama" in text for text in r.repository.values())
+    job_pod = r.repository_job["spec"]["template"]["spec"]
+    assert "tokenizers" in {v["persistentVolumeClaim"]["claimName"] for v in job_pod["volumes"]
+                            if "persistentVolumeClaim" in v}
+
+
+def _writable(job: dict, name: str) -> set[str]:
+    """Where a Job's container may write on the store: the mounts of the store volume that are
+    not read-only."""
+    mounts = container(job, name)["volumeMounts"]
+    store = [m for m in mounts if m["name"] == "model-store"]
+    return {m["mountPath"] for m in store if not m.get("readOnly")}
+
+
+def test_build_job_writes_only_its_engine_checkpoint_and_download() -> None:
+    r = render_all(dep())
+    key = r.engine_key
+    mounts = container(r.build_job, "build")["volumeMounts"]
+    assert {"name": "model-store", "mountPath": "/store", "readOnly": True} in mounts
+    assert _writable(r.build_job, "build") == {
+        f"/store/engines/{key}", f"/store/checkpoints/{key}", r.build_plan["weightsDir"]
+    }
+    for m in mounts:
+        if m.get("subPath"):
+            assert m["mountPath"] == f"/store/{m['subPath']}"
+    env = {e["name"]: e.get("value") for e in container(r.build_job, "build")["env"]}
+    assert env["HF_HOME"] == f"{c.SCRATCH_MOUNT}/huggingface"  # its own scratch, not the store's
+    assert r.build_plan["engineDir"] == f"/store/engines/{key}"
+
+
+@pytest.mark.parametrize(
+    ("patch", "writable"),
+    [
+        ({"model": {"source": "pvc://tritonllm-model-store/models/m"}}, {"engines", "checkpoints"}),
+        ({"model": {"source": "pvc://weights/m"}}, {"engines", "checkpoints"}),
+        ({"model": {"tokenizer": {"source": "hf://org/tok"}}},
+         {"engines", "checkpoints", "models/hf/meta-llama", "models/hf/org"}),
+    ],
+    ids=["store-claim", "other-claim", "hf-tokenizer"],
+)
+def test_build_job_writes_no_model_it_does_not_download(patch: dict, writable: set) -> None:
+    r = render_all(dep(patch))
+    got = {"/".join(p.split("/")[2:5]) if "/hf/" in p else p.split("/")[2]
+           for p in _writable(r.build_job, "build")}
+    assert got == writable
+
+
+def test_repository_job_writes_only_its_deployments_repositories() -> None:
+    a = render_all(dep(metadata={"name": "a", "namespace": "team-1"}))
+    b = render_all(dep(metadata={"name": "b", "namespace": "team-2"}))
+    wa, wb = _writable(a.repository_job, "repository"), _writable(b.repository_job, "repository")
+    assert wa == {"/store/repos/team-1/a"} and wb == {"/store/repos/team-2/b"}
+    assert a.launch_plan["modelRepository"].startswith("/store/repos/team-1/a/")
+    # Nothing one deployment's Jobs may write is another's: different engines, repositories.
+    b_meta = {"name": "b", "namespace": "team-2"}
+    other = render_all(dep({"engine": {"dtype": "bfloat16"}}, metadata=b_meta))
+    assert not _writable(a.build_job, "build") - {a.build_plan["weightsDir"]} & _writable(
+        other.build_job, "build"
+    )
+    assert not wa & _writable(other.repository_job, "repository")
+
+
+def test_serving_pods_mount_the_store_read_only() -> None:
+    r = render_all(dep())
+    mounts = container(r.one("Deployment"))["volumeMounts"]
+    store = [m for m in mounts if m["name"] == "model-store"]
+    assert store == [{"name": "model-store", "mountPath": "/store", "readOnly": True}]
+
+
+def test_leader_logs_in_with_mpiruns_own_ssh_command() -> None:
+    r = render_all(dep({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}))
+    argv = r.launch_plan["argv"]
+    assert r.launch_plan["ssh"]["agent"] == argv[argv.index("plm_rsh_agent") + 1]

@@ -6,6 +6,7 @@ The entry point is the real one, run from the zipapp under `python -S`; only the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -467,3 +468,24 @@ def test_repository_step_refuses_an_engine_that_does_not_match(
     assert got == code, log
     assert message in log
     assert not Path(plan["steps"][0]["to"]).exists()
+
+
+def test_built_engine_carries_the_sha256_of_every_file(image: FakeImage) -> None:
+    _, plan = prepared(image, "llama2-7b-tp4")
+    assert run_build(image, plan)[0] == 0
+    engine = Path(plan["engineDir"])
+    files = json.loads((engine / "artifact.json").read_text())["files"]
+    assert sorted(files) == ["config.json", *(f"rank{r}.engine" for r in range(4))]
+    for name, entry in files.items():
+        data = (engine / name).read_bytes()
+        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+
+def test_build_refuses_a_cached_engine_changed_since_its_build(image: FakeImage) -> None:
+    _, plan = prepared(image, "gpt2-medium")
+    assert run_build(image, plan)[0] == 0
+    (Path(plan["engineDir"]) / "rank0.engine").write_bytes(b"fake engin3")  # same size
+    code, log = run_build(image, plan)
+    assert code == common.EXIT_MISMATCH, log
+    assert "was changed after its build (rank0.engine has another sha256" in log
+    assert "kubectl delete tllme" in log

@@ -43,11 +43,14 @@ def make_engine(plan: dict[str, Any], *, tp: int | None = None, pp: int | None =
     engine.mkdir(parents=True, exist_ok=True)
     tp = plan["tensorParallel"] if tp is None else tp
     pp = plan["pipelineParallel"] if pp is None else pp
-    artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
-                "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu}
-    (engine / "artifact.json").write_text(json.dumps(artifact))
     mapping = {"tp_size": tp if config_tp is None else config_tp, "pp_size": pp}
     (engine / "config.json").write_text(json.dumps({"pretrained_config": {"mapping": mapping}}))
+    for r in range(tp * pp):
+        (engine / f"rank{r}.engine").write_bytes(b"fake engine")
+    artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
+                "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu,
+                "files": common.engine_checksums(engine)}
+    (engine / "artifact.json").write_text(json.dumps(artifact))
 
 
 def ready(img: FakeImage, name: str, **engine: Any) -> tuple[dict[str, Any], Path]:
@@ -253,8 +256,16 @@ def test_leader_with_fake_mpirun_runs_over_the_lws_group_through_ssh(
         probed.append((host, port))
         return "10.1.2.3" if len(probed) > 1 else None  # the worker's sshd answers on try 2
 
+    logins: list[tuple[str, ...]] = []
+
+    def fake_login(agent: list[str], address: str) -> str | None:
+        logins.append((*agent[:3], address))
+        return None
+
     monkeypatch.setattr(ssh, "probe", fake_probe)
+    monkeypatch.setattr(ssh, "login", fake_login)
     assert launch.execute("leader", plan) == 0
+    assert logins == [("ssh", "-p", "2222", "10.1.2.3")]  # mpirun's own agent logged in
 
     assert probed == [(f"{MULTI}-0-1.{MULTI}.default", 2222)] * 2
     (call,) = image.calls("mpirun")
@@ -412,3 +423,208 @@ def test_generated_secret_holds_ed25519_key_pairs(
         derived = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True,
                                  text=True, check=True).stdout.split()[:2]
         assert derived == data[public].split()[:2]
+
+
+def built(img: FakeImage, name: str) -> tuple[dict[str, Any], Path]:
+    """The launch plan of an example whose engine `tritonllm build` built with the fake tools."""
+    plan, path = ready(img, name)
+    engine = Path(plan["engineDir"])
+    for child in engine.iterdir():
+        child.unlink()
+    build: dict[str, Any] = relocate(render_example(name).build_plan, img.root)
+    build["exampleRoots"] = [str(img.examples)]
+    for step in build["steps"]:
+        if step.get("tokenFile"):  # the Secret's token, as the build pod mounts it
+            Path(step["tokenFile"]).parent.mkdir(parents=True, exist_ok=True)
+            Path(step["tokenFile"]).write_text("hf_fake\n")
+    code = img.tritonllm(
+        "build", "--plan", str(write_plan(img.root / "etc/build.json", build)),
+        env=img.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"], HF_TOKEN="hf_fake"),
+    )
+    assert code.returncode == 0, code.stdout + code.stderr
+    return plan, path
+
+
+@pytest.mark.parametrize(
+    ("tamper", "says"),
+    [
+        (lambda e: (e / "rank1.engine").write_bytes(b"evil engine"),
+         "rank1.engine has another sha256 than the build recorded"),
+        (lambda e: (e / "rank0.engine").write_bytes(b"x"), "rank0.engine has 1 bytes, not 11"),
+        (lambda e: (e / "rank3.engine").unlink(), "rank3.engine missing"),
+        (lambda e: (e / "plugin.so").write_bytes(b"\x7fELF"), "plugin.so not written by the build"),
+    ],
+    ids=["content", "size", "missing", "added"],
+)
+def test_launch_refuses_a_tampered_engine(image: FakeImage, tamper: Any, says: str) -> None:
+    plan, path = built(image, "llama2-7b-tp4")
+    assert run_launch(image, path)[0] == 0  # as built: accepted
+    tamper(Path(plan["engineDir"]))
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert f"was changed after its build ({says}" in log, log
+    assert "refusing to serve it" in log and not image.calls("mpirun")[1:]
+
+
+def test_launch_refuses_an_engine_without_checksums(image: FakeImage) -> None:
+    plan, path = ready(image, "gpt2-medium")
+    artifact_path = Path(plan["engineDir"]) / "artifact.json"
+    artifact = json.loads(artifact_path.read_text())
+    del artifact["files"]
+    artifact_path.write_text(json.dumps(artifact))
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert "records no checksums of the engine files" in log and not image.calls("mpirun")
+
+
+# --- sshd for real, as the rendered multi-node pods run it -------------------------------------
+
+SSHD = Path("/usr/sbin/sshd")
+POD_UID = 1000  # NGC Triton's triton-server, what spec.podTemplate.runAsUser names
+
+
+@pytest.fixture
+def pod_root() -> Any:
+    """A directory the pod user can read (pytest's own tmp directories are root-only)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tritonllm-pod-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def as_pod(root: Path, argv: list[str], *, uid: int | None) -> list[str]:
+    """`argv` as the rendered pod runs it: every capability dropped (bounding and inheritable
+    sets), no_new_privs (allowPrivilegeEscalation: false), as `uid` (None: root) with the
+    image's /etc/passwd naming that user (bind-mounted in a private mount namespace)."""
+    drop = ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    if uid is None:
+        return ["setpriv", *drop, "--", *argv]
+    passwd = root / "passwd"
+    lines = [ln for ln in Path("/etc/passwd").read_text().splitlines()
+             if ln.split(":")[2] != str(uid)]
+    passwd.write_text("\n".join([*lines, f"triton-server:x:{uid}:{uid}::/tmp:/bin/sh"]) + "\n")
+    passwd.chmod(0o644)
+    user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *drop, "--"]
+    script = 'mount --bind "$0" /etc/passwd && exec "$@"'
+    return ["unshare", "--mount", "--", "sh", "-c", script, str(passwd), *user, *argv]
+
+
+def pod_worker(img: FakeImage, root: Path, secret: Path, port: int, uid: int | None) -> Any:
+    """`tritonllm launch --mode worker` as that pod, the Secret mounted as the kubelet does it
+    (root-owned, mode 0400 plus group read for the pod's fsGroup)."""
+    import shutil
+
+    keys = root / "mpi-ssh"
+    keys.mkdir()
+    for name in ssh.SECRET_KEYS:
+        shutil.copy(secret / name, keys / name)
+        os.chown(keys / name, 0, uid or 0)
+        (keys / name).chmod(0o440)
+    pyz = root / "tritonllm.pyz"
+    shutil.copy(img.pyz, pyz)
+    pyz.chmod(0o644)
+    plan, _ = multi_plan(img, keys, port=port)
+    path = write_plan(root / "launch.json", plan)
+    path.chmod(0o644)
+    env = {"PATH": "/usr/sbin:/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+           "NCCL_DEBUG": "INFO", "PYTHONUNBUFFERED": "1"}
+    argv = ["/usr/bin/python3", "-S", str(pyz), "launch", "--mode", "worker", "--plan", str(path)]
+    return subprocess.Popen(as_pod(root, argv, uid=uid), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def stop(proc: Any) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    return str(out)
+
+
+# The leader's side, as the leader pod runs it (same user): the client files, then the bounded
+# wait for a real login to the worker, then one session reporting who runs it with what.
+LEADER = """
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tritonllm.runtime import ssh
+keys, workdir, port, agent = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+ssh.prepare_client(keys, workdir)
+check = ssh.LoginCheck(agent.split())
+found = ssh.wait_for_workers(["127.0.0.1"], port, 20, check=check, interval=0.2)
+remote = "id -u; grep -E '^Cap(Eff|Bnd)' /proc/self/status"
+session = subprocess.run([*agent.split(), "127.0.0.1", remote], capture_output=True, text=True)
+print(json.dumps({"found": found, "rc": session.returncode, "out": session.stdout,
+                  "err": session.stderr}))
+"""
+
+
+@pytest.mark.skipif(not SSHD.exists(), reason="needs OpenSSH's sshd installed")
+def test_real_sshd_runs_as_the_pods_non_root_user_with_every_capability_dropped(
+    image: FakeImage, secret: Path, pod_root: Path
+) -> None:
+    port = free_port()
+    proc = pod_worker(image, pod_root, secret, port, POD_UID)
+    try:
+        workdir = pod_root / "leader"
+        agent = rsh_agent(MpiSsh(port=port, workdir=str(workdir)))
+        argv = ["/usr/bin/python3", "-S", "-c", LEADER, str(pod_root / "tritonllm.pyz"),
+                str(pod_root / "mpi-ssh"), str(workdir), str(port), agent]
+        pod_root.chmod(0o777)  # the leader's working directory is made by the pod user
+        leader = subprocess.run(as_pod(pod_root, argv, uid=POD_UID), capture_output=True,
+                                text=True, timeout=60)
+        assert leader.returncode == 0, leader.stdout + leader.stderr
+        result = json.loads(leader.stdout.splitlines()[-1])
+        assert result["found"] == ["127.0.0.1"] and result["rc"] == 0, result
+        uid, eff, bnd = result["out"].split("\n")[:3]
+        assert uid == str(POD_UID)  # a non-root sshd can only open sessions as itself
+        assert eff.split()[1] == bnd.split()[1] == "0000000000000000"
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert "event=sshd" in out and "chroot" not in out
+
+
+@pytest.mark.skipif(not SSHD.exists(), reason="needs OpenSSH's sshd installed")
+def test_root_sshd_without_capabilities_answers_but_refuses_logins_so_the_leader_waits(
+    secret: Path, pod_root: Path, tmp_path: Path
+) -> None:
+    """Why the pods run sshd as non-root: root sshd with the rendered pod's capabilities (none)
+    prints its banner but every login dies in its privilege-separation chroot. The banner
+    alone let the leader start mpirun; the login check waits and then says why."""
+    port = free_port()
+    workdir = pod_root / "sshd"
+    workdir.mkdir(mode=0o700)
+    argv = ssh.prepare_sshd(port, secret, workdir)  # as root with capabilities: no refusal
+    proc = subprocess.Popen(as_pod(pod_root, argv, uid=None), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        agent = agent_for(port, secret, tmp_path / "leader")
+        deadline = time.monotonic() + 20
+        while ssh.probe("127.0.0.1", port) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, "no banner"
+            time.sleep(0.1)
+        check = ssh.LoginCheck(agent)
+        with pytest.raises(common.Failure) as exc:
+            ssh.wait_for_workers(["127.0.0.1"], port, 2, check=check, interval=0.2)
+    finally:
+        out = stop(proc)
+    assert exc.value.code == common.EXIT_TIMEOUT
+    assert "no SSH login to the workers after 2s: 127.0.0.1:" in exc.value.message
+    assert "login failed: ssh exited 255" in exc.value.message
+    assert "chroot" in out  # sshd's own account of it
+
+
+@pytest.mark.skipif(not SSHD.exists(), reason="needs OpenSSH's sshd installed")
+def test_root_worker_without_capabilities_is_refused_naming_run_as_user(
+    image: FakeImage, secret: Path, pod_root: Path
+) -> None:
+    proc = pod_worker(image, pod_root, secret, free_port(), None)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == common.EXIT_INVALID, out
+    assert "sshd cannot start as root in this pod" in out
+    assert "SYS_CHROOT, SETUID, SETGID" in out and "spec.podTemplate.runAsUser: 1000" in out

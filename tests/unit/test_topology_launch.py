@@ -108,7 +108,7 @@ def test_multi_node_argv_is_complete_hosts_and_ssh_agent_included() -> None:
     ]
     assert ranks(argv) == 16
     assert plan["ssh"] == {"port": c.MPI_SSH_PORT, "keyDir": c.MPI_SSH_MOUNT,
-                           "workDir": c.MPI_WORKDIR}
+                           "workDir": c.MPI_WORKDIR, "agent": rsh_agent(ssh)}
     agent = rsh_agent(ssh).split()
     assert agent[:5] == ["ssh", "-p", "2222", "-i", f"{c.MPI_WORKDIR}/id_ed25519"]
     assert f"UserKnownHostsFile={c.MPI_WORKDIR}/known_hosts" in agent

@@ -17,3 +17,66 @@ app.kubernetes.io/component: operator
 {{- if .Values.serviceAccount.create -}}{{ default (include "tritonllm.fullname" .) .Values.serviceAccount.name }}{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
 {{- end -}}
 {{- define "tritonllm.image" -}}{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}{{- end -}}
+{{- /* The operator's rules on namespaced kinds: a Role per watched namespace, or the
+ClusterRole when it watches them all. */}}
+{{- define "tritonllm.namespacedRules" -}}
+# Our kinds: watched; the deployment's finalizer and status, the engine records.
+- apiGroups: [tritonllm.io]
+  resources: [tritonllmdeployments]
+  verbs: [list, watch, patch]
+- apiGroups: [tritonllm.io]
+  resources: [tritonllmdeployments/status, tritonllmengines/status]
+  verbs: [patch]
+- apiGroups: [tritonllm.io]
+  resources: [tritonllmengines]
+  verbs: [list, watch, create, patch, delete]
+# Children: server-side apply (patch, and create for a new object), the name check before a
+# create (get), garbage collection of revisions and switched-off objects (delete).
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [apps]
+  resources: [deployments/scale]
+  verbs: [patch]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets/scale]
+  verbs: [patch]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch, create, patch, delete]
+# The model store: created when spec.storage.create asks, never deleted.
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, watch, create, patch]
+# Secrets: watched for key names only (the token Secret's key, the MPI key Secret); the MPI key
+# Secret is created once and read when a create finds its name taken. Names are chosen per
+# deployment, so resourceNames cannot narrow these verbs (docs/hardening.md).
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create]
+# Pods are not watched: listed when a Job failed or a rollout stalls.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

@@ -51,6 +51,8 @@ class ApiModel(BaseModel):
         use_attribute_docstrings=True,
         validate_default=True,
         frozen=True,
+        # As the API server: "2" is not an integer and "true" not a boolean.
+        strict=True,
     )
 
     # Cross-field rules of this object; see Rule.

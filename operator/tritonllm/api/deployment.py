@@ -157,8 +157,44 @@ _ARCH_MARKERS = (
     ("volta", ("V100",)),
 )
 _ARCH_ORDER = ("volta", "turing", "ampere", "ada", "hopper", "blackwell")
-# Minimum architecture per quantization format (TensorRT-LLM / ModelOpt support matrices).
-_MIN_ARCH = {"fp8": "ada", "w4a8_awq": "ada", "nvfp4": "blackwell"}
+# Minimum architecture per quantization format and dtype (TensorRT-LLM / ModelOpt support
+# matrices): AWQ, INT8 SmoothQuant, weight-only and bfloat16 need Ampere, FP8 Ada (or Hopper),
+# NVFP4 Blackwell.
+_MIN_ARCH = {
+    "int4_awq": "ampere",
+    "int8_sq": "ampere",
+    "int8_wo": "ampere",
+    "int4_wo": "ampere",
+    "bfloat16": "ampere",
+    "fp8": "ada",
+    "w4a8_awq": "ada",
+    "nvfp4": "blackwell",
+}
+_ALTERNATIVE = {
+    "ampere": "use float16 with quantization none, or an Ampere or newer GPU",
+    "ada": "use int4_awq or int8_sq, or an Ada, Hopper or newer GPU",
+    "blackwell": "use fp8 (Ada/Hopper) or int4_awq, or a Blackwell GPU",
+}
+
+# Attention heads and layers of well-known checkpoints (their config.json), lower-cased Hub id
+# -> (num_attention_heads, num_hidden_layers): tensor parallelism must divide the heads and
+# pipeline parallelism the layers. Other models are checked by the build itself.
+KNOWN_MODELS = {
+    "meta-llama/meta-llama-3.1-8b-instruct": (32, 32),
+    "meta-llama/llama-3.1-8b-instruct": (32, 32),
+    "meta-llama/meta-llama-3-8b-instruct": (32, 32),
+    "meta-llama/meta-llama-3.1-70b-instruct": (64, 80),
+    "meta-llama/llama-3.1-70b-instruct": (64, 80),
+    "meta-llama/llama-2-7b-hf": (32, 32),
+    "meta-llama/llama-2-13b-hf": (40, 40),
+    "mistralai/mistral-7b-instruct-v0.3": (32, 32),
+    "mistralai/mixtral-8x7b-instruct-v0.1": (32, 32),
+    "qwen/qwen2-7b-instruct": (28, 28),
+    "qwen/qwen2.5-7b-instruct": (28, 28),
+    "openai-community/gpt2": (12, 12),
+    "gpt2": (12, 12),
+    "tinyllama/tinyllama-1.1b-chat-v1.0": (32, 22),
+}
 
 
 def gpu_architecture(product: str) -> str | None:
@@ -224,25 +260,7 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                 "(use runtime engine for multi-node serving)",
             )
         )
-    fmt = spec.engine.quantization.format
-    kv = spec.engine.quantization.kvCacheDtype
-    for what, value, field in (
-        (fmt, fmt, "spec.engine.quantization.format"),
-        ("fp8" if kv == "fp8" else "", kv, "spec.engine.quantization.kvCacheDtype"),
-    ):
-        need = _MIN_ARCH.get(what)
-        if not need or not spec.gpu.product:
-            continue
-        arch = gpu_architecture(spec.gpu.product)
-        if arch and _ARCH_ORDER.index(arch) < _ARCH_ORDER.index(need):
-            errors.append(
-                FieldError(
-                    field,
-                    f"{value} needs a {need.capitalize()} or newer GPU, but gpu.product "
-                    f"{spec.gpu.product} is {arch.capitalize()}; choose another format "
-                    "(int4_awq, int8_sq) or GPU",
-                )
-            )
+    errors += _gpu_errors(spec) + _image_errors(spec) + _shape_errors(spec)
     if spec.podTemplate.shmSize and re.fullmatch(QUANTITY_PATTERN, spec.podTemplate.shmSize):
         from .spec import quantity_bytes
 
@@ -256,6 +274,74 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     "podTemplate.resources.memory",
                 )
             )
+    return errors
+
+
+def _gpu_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
+    """Quantization formats and dtypes the GPU of spec.gpu.product cannot run."""
+    arch = gpu_architecture(spec.gpu.product) if spec.gpu.product else None
+    if arch is None:
+        return []
+    q = spec.engine.quantization
+    checks = (
+        (q.format, "spec.engine.quantization.format"),
+        ("fp8" if q.kvCacheDtype == "fp8" else "", "spec.engine.quantization.kvCacheDtype"),
+        (spec.engine.dtype if spec.runtime == "engine" else "", "spec.engine.dtype"),
+    )
+    errors = []
+    for value, field in checks:
+        need = _MIN_ARCH.get(value)
+        if need and _ARCH_ORDER.index(arch) < _ARCH_ORDER.index(need):
+            errors.append(
+                FieldError(
+                    field,
+                    f"{value} needs a {need.capitalize()} or newer GPU, but gpu.product "
+                    f"{spec.gpu.product} is {arch.capitalize()}: {_ALTERNATIVE[need]}",
+                )
+            )
+    return errors
+
+
+def _image_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
+    """spec.trtllmVersion must agree with the version an NGC image tag pins."""
+    tagged = version_for_image(spec.image)
+    if spec.trtllmVersion and tagged is not None and TrtllmVersion(spec.trtllmVersion) != tagged:
+        return [
+            FieldError(
+                "spec.trtllmVersion",
+                f"is {spec.trtllmVersion} but image {spec.image} carries TensorRT-LLM {tagged}; "
+                "remove spec.trtllmVersion (the tag decides) or use the image of that version",
+            )
+        ]
+    return []
+
+
+def _shape_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
+    """Parallelism that cannot split a known model: tp must divide its attention heads, pp its
+    layers."""
+    src = spec.model.source
+    known = KNOWN_MODELS.get(src.removeprefix("hf://").lower()) if src.startswith("hf://") else None
+    if known is None:
+        return []
+    heads, layers = known
+    par = spec.engine.parallelism
+    errors = []
+    if heads % par.tensor:
+        errors.append(
+            FieldError(
+                "spec.engine.parallelism.tensor",
+                f"{par.tensor} does not divide the {heads} attention heads of {src}; use a "
+                f"divisor of {heads}",
+            )
+        )
+    if par.pipeline > layers or layers % par.pipeline:
+        errors.append(
+            FieldError(
+                "spec.engine.parallelism.pipeline",
+                f"{par.pipeline} does not divide the {layers} layers of {src}; use a divisor "
+                f"of {layers}",
+            )
+        )
     return errors
 
 
@@ -275,8 +361,13 @@ def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
             FieldError("apiVersion", f"must be {c.API_VERSION}, got {obj.get('apiVersion')!r}")
         )
     body = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
+    if not isinstance(body["metadata"], dict):
+        errors.append(FieldError("metadata", "must be a mapping with at least a name"))
     if body["spec"] is None:
         errors.append(FieldError("spec", "is required"))
+    elif not isinstance(body["spec"], dict):
+        errors.append(FieldError("spec", "must be a mapping"))
+    if errors and any(e.field in ("metadata", "spec") for e in errors):
         raise InvalidDeployment(errors)
     try:
         dep = TritonLLMDeployment.model_validate(body)

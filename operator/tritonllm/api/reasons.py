@@ -65,6 +65,23 @@ SECRET_MISSING: Final = "SecretMissing"
 """True: the Secret of spec.model.credentials (or its key) is missing."""
 NO_MATCHING_NODES: Final = "NoMatchingNodes"
 """True: no node carries spec.gpu.product."""
+NAME_CONFLICT: Final = "NameConflict"
+"""True: an object the deployment needs exists and was not created by it (the object is named);
+the operator neither adopts, changes nor deletes it, and writes nothing else."""
+APPLY_REFUSED: Final = "ApplyRefused"
+"""True: the API server refused a rendered object as invalid (HTTP 422); the object and the
+server's message, which names the field, are quoted."""
+FORBIDDEN: Final = "Forbidden"
+"""True: the operator may not make a write it needs (RBAC, HTTP 403); the object is named."""
+QUOTA_EXCEEDED: Final = "QuotaExceeded"
+"""True: a ResourceQuota of the namespace refused an object (the quota's message is quoted)."""
+ADMISSION_REFUSED: Final = "AdmissionRefused"
+"""True: an admission webhook or policy refused an object (its message is quoted)."""
+API_ERROR: Final = "ApiError"
+"""True: another API error ended the reconcile (conflict, timeout, server error); it is retried
+with a growing delay."""
+RENDER_FAILED: Final = "RenderFailed"
+"""True: rendering the deployment's objects failed (an operator bug: the message says where)."""
 
 # --- status.reason only (the `kubectl get tllm` column) -------------------------------------
 READY: Final = "Ready"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
 from .base import ApiModel, Rule
 from .topology import Topology
@@ -29,8 +29,19 @@ SOURCE_PATTERN = (
     r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
     r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/[^\s]+)$"
 )
-# A Kubernetes resource quantity such as 8Gi, 500M, 1.5Ti.
-QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+# A non-negative Kubernetes resource quantity: 8Gi, 500M, 1.5Ti, 500m, 1e3 (the API server's
+# grammar: a decimal number, then a binary suffix, a decimal suffix or a decimal exponent).
+QUANTITY_PATTERN = (
+    r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+# Label and annotation keys: an optional DNS-subdomain prefix and '/', then a name of at most 63
+# characters (alphanumeric at both ends; '-', '_', '.' inside).
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+# A label value: empty, or at most 63 characters, alphanumeric at both ends.
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+(\.[0-9]+)?([.a-z0-9]*)?$"
@@ -49,6 +60,52 @@ Quantity = Annotated[
 ]
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
+
+
+def cel_check(cel: str, message: str, check: Any) -> tuple[Any, Any]:
+    """A rule on one field, enforced twice with one message: `cel` in the CRD (as
+    x-kubernetes-validations on the field's schema) and `check` in Python (False: invalid)."""
+
+    def validate(v: Any) -> Any:
+        if not check(v):
+            raise ValueError(message)
+        return v
+
+    rule: Any = {"rule": cel, "message": message}
+    return Field(json_schema_extra={"x-kubernetes-validations": [rule]}), AfterValidator(validate)
+
+
+def _keys_match(pattern: str, most: int) -> Any:
+    return lambda d: all(len(k) <= most and re.fullmatch(pattern, k) for k in d)
+
+
+# Bounds that keep one object far below etcd's object size limit (about 1.5 MiB) and every pod
+# below the API server's 256 KiB limit on all annotations together.
+MAX_MAP_ENTRIES = 32
+MAX_ANNOTATION_VALUE = 4096
+LABEL_KEY_MESSAGE = (
+    "keys must be label keys: an optional DNS prefix and '/', then at most 63 letters, digits, "
+    "'-', '_' or '.', starting and ending with a letter or digit (for example example.com/team)"
+)
+LabelMap = Annotated[
+    dict[str, LabelValue],
+    Field(max_length=MAX_MAP_ENTRIES),
+    *cel_check(
+        f"self.all(k, k.size() <= 317 && k.matches('{LABEL_KEY_PATTERN}'))",
+        LABEL_KEY_MESSAGE,
+        _keys_match(LABEL_KEY_PATTERN, 317),
+    ),
+]
+AnnotationMap = Annotated[
+    dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]],
+    Field(max_length=MAX_MAP_ENTRIES),
+    *cel_check(
+        f"self.all(k, k.size() <= 317 && k.matches('{LABEL_KEY_PATTERN}'))",
+        LABEL_KEY_MESSAGE.replace("label keys", "annotation keys"),
+        _keys_match(LABEL_KEY_PATTERN, 317),
+    ),
+]
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 QuantFormat = Literal[
@@ -63,12 +120,18 @@ MODELOPT_FORMATS = ("int4_awq", "w4a8_awq", "int8_sq", "fp8", "nvfp4")
 
 
 def quantity_bytes(q: str) -> float:
-    """Bytes in a Kubernetes quantity (only the suffixes QUANTITY_PATTERN admits)."""
+    """The value of a Kubernetes quantity (bytes for memory; only what QUANTITY_PATTERN admits)."""
     m = re.fullmatch(QUANTITY_PATTERN, q)
     if not m:
         raise ValueError(f"not a quantity: {q!r}")
+    suffix = m.group(3)
+    if suffix and suffix[0] in "eE":
+        return float(m.group(1)) * 10.0 ** int(suffix[1:])
     scale = {
         None: 1,
+        "n": 1e-9,
+        "u": 1e-6,
+        "m": 1e-3,
         "k": 1e3,
         "M": 1e6,
         "G": 1e9,
@@ -86,6 +149,21 @@ def quantity_bytes(q: str) -> float:
 
 
 # --- model source ---------------------------------------------------------------------------
+
+# A pvc:// path may not climb out of its claim.
+_ESCAPE_CEL = "'^pvc://[^/]+/(.*/)?[.][.](/.*)?$'"
+_ESCAPE_RE = r"^pvc://[^/]+/(.*/)?\.\.(/.*)?$"
+
+
+def _escape_rule(optional: bool) -> Rule:
+    has = "!has(self.source) || " if optional else ""
+    return Rule(
+        cel=f"{has}!self.source.matches({_ESCAPE_CEL})",
+        message="a pvc:// path must stay inside its claim: remove '..' path segments",
+        check=lambda s: s.source is None or not re.fullmatch(_ESCAPE_RE, s.source),
+        field="source",
+    )
+
 
 
 class Credentials(ApiModel):
@@ -109,6 +187,8 @@ class Tokenizer(ApiModel):
     """Add special tokens (such as BOS) when tokenizing prompts."""
     skipSpecialTokens: bool = True
     """Drop special tokens when detokenizing outputs."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (_escape_rule(optional=True),)
 
 
 ModelArchitecture = Literal[
@@ -137,6 +217,8 @@ class ModelSource(ApiModel):
     trustRemoteCode: bool = False
     """Allow the tokenizer/model to run code shipped with the checkpoint (needed by some
     custom tokenizers)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (_escape_rule(optional=False),)
 
 
 # --- engine ---------------------------------------------------------------------------------
@@ -309,7 +391,15 @@ class ServingSpec(ApiModel):
     """Also deploy tensorrt_llm_bls (a Python alternative to the ensemble)."""
     logitsDatatype: Literal["TYPE_FP32", "TYPE_FP16", "TYPE_BF16"] = "TYPE_FP32"
     """Type of the logits outputs (logits_datatype); should match the engine's logits dtype."""
-    extraParameters: dict[str, str] = Field(default_factory=dict)
+    extraParameters: Annotated[
+        dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]],
+        Field(max_length=MAX_MAP_ENTRIES),
+        *cel_check(
+            "self.all(k, k.size() <= 128 && k.matches('^[A-Za-z_][A-Za-z0-9_]*$'))",
+            "keys must be tensorrt_llm parameter names (letters, digits and '_', at most 128)",
+            _keys_match(r"^[A-Za-z_][A-Za-z0-9_]*$", 128),
+        ),
+    ] = Field(default_factory=dict)
     """Extra tensorrt_llm parameters (key: value), for backend options this API does not name.
     Keys must exist in the image's template."""
 
@@ -358,7 +448,7 @@ class PvcCreate(ApiModel):
 
     size: Quantity
     """Requested size, for example 200Gi."""
-    storageClassName: str | None = Field(default=None, max_length=253)
+    storageClassName: DnsSubdomain | None = None
     """Storage class; empty uses the cluster default."""
     accessModes: list[AccessMode] = Field(default_factory=_default_access_modes, min_length=1)
     """Access modes. ReadWriteMany lets several pods and nodes share engines."""
@@ -402,10 +492,24 @@ class AutoscalingSpec(ApiModel):
     Prometheus adapter as tritonllm_queue_compute_ratio); pendingRequests:
     nv_inference_pending_request_count; kvCacheUtilization: used/max KV blocks; cpu: CPU
     utilization (needs no adapter)."""
-    target: str = Field(default="1", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
-    """Target average value per pod for the metric (a quantity; for cpu, a percentage)."""
+    target: str = Field(default="1", pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32)
+    """Target average value per pod for the metric (a quantity; for cpu, a whole percentage
+    such as 80)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.metric != 'cpu' || self.target.matches('^[1-9][0-9]{0,3}$')",
+            message="autoscaling.target for metric cpu is a utilization percentage: a whole "
+            "number from 1 to 9999 such as 80 (not 500m, 0.5 or 0)",
+            check=lambda s: s.metric != "cpu" or bool(re.fullmatch(r"[1-9][0-9]{0,3}", s.target)),
+            field="target",
+        ),
+        Rule(
+            cel="self.metric == 'cpu' || !self.target.matches('^[0.]*m?$')",
+            message="autoscaling.target must be above 0 (the average per pod to keep)",
+            check=lambda s: s.metric == "cpu" or not re.fullmatch(r"[0.]*m?", s.target),
+            field="target",
+        ),
         Rule(
             cel="self.minReplicas <= self.maxReplicas",
             message="autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
@@ -415,15 +519,38 @@ class AutoscalingSpec(ApiModel):
     )
 
 
+# An IPv4 or IPv6 CIDR such as 10.0.0.0/8 or fd00::/8.
+CIDR_PATTERN = r"^([0-9]{1,3}([.][0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]+/[0-9]{1,3})$"
+
+
+class NetworkPolicySpec(ApiModel):
+    """The NetworkPolicy of the serving pods (ingress only; it takes effect where the cluster's
+    network plugin enforces NetworkPolicy)."""
+
+    enabled: bool = True
+    """Render a NetworkPolicy: the serving ports (HTTP, gRPC, metrics) are reachable from pods
+    of the deployment's namespace and from the sources below only; multi-node, sshd and MPI
+    traffic is allowed only between the serving pods of this deployment. Set false when
+    another tool manages the namespace's policies."""
+    fromNamespaces: list[DnsLabel] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
+    """Other namespaces whose pods may reach the serving ports (an ingress gateway's,
+    Prometheus')."""
+    fromCidrs: list[Annotated[str, Field(pattern=CIDR_PATTERN, max_length=43)]] = Field(
+        default_factory=list, max_length=MAX_MAP_ENTRIES
+    )
+    """IP ranges (CIDR, such as 10.0.0.0/8) that may reach the serving ports (a load
+    balancer's, clients outside the cluster)."""
+
+
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
-    key: str | None = None
+    key: str | None = Field(default=None, pattern=LABEL_KEY_PATTERN, max_length=317)
     """Taint key; empty with operator Exists matches every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
     """Exists or Equal."""
-    value: str | None = None
-    """Taint value for Equal."""
+    value: str | None = Field(default=None, pattern=LABEL_VALUE_PATTERN, max_length=63)
+    """Taint value for Equal (a label value: at most 63 characters)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
     tolerationSeconds: int | None = None
@@ -442,18 +569,26 @@ class Resources(ApiModel):
 class EnvVar(ApiModel):
     """An environment variable for the serving and build containers."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
     """Variable name."""
-    value: str = ""
+    value: str = Field(default="", max_length=MAX_ANNOTATION_VALUE)
     """Variable value."""
 
 
 class PodTemplate(ApiModel):
     """Pod-level settings shared by the build Job and the serving pods."""
 
-    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    nodeSelector: LabelMap = Field(default_factory=dict)
     """Extra node selector (the GPU product is added from gpu.product)."""
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: Annotated[
+        list[Toleration],
+        Field(max_length=MAX_MAP_ENTRIES),
+        *cel_check(
+            "self.all(t, t.operator != 'Exists' || !has(t.value) || t.value == '')",
+            "a toleration with operator Exists must not set value; remove value or use Equal",
+            lambda ts: all(t.operator != "Exists" or not t.value for t in ts),
+        ),
+    ] = Field(default_factory=list)
     """Extra tolerations (a toleration for the nvidia.com/gpu taint is always added)."""
     resources: Resources = Field(default_factory=Resources)
     """CPU and memory per pod."""
@@ -461,15 +596,15 @@ class PodTemplate(ApiModel):
     """Size of /dev/shm (a memory emptyDir) for the Python backend and NCCL."""
     serviceAccountName: DnsSubdomain | None = None
     """Service account for the pods; empty uses the namespace default."""
-    imagePullSecrets: list[DnsSubdomain] = Field(default_factory=list)
+    imagePullSecrets: list[DnsSubdomain] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
     """Secrets for pulling the Triton image."""
     priorityClassName: DnsSubdomain | None = None
     """Priority class for the pods."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Extra pod annotations."""
-    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: AnnotationMap = Field(default_factory=dict)
+    """Extra pod annotations (at most 32, values up to 4096 characters)."""
+    labels: LabelMap = Field(default_factory=dict)
     """Extra pod labels (the operator's own labels win)."""
-    env: list[EnvVar] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables."""
     runAsUser: int = Field(default=1000, ge=0)
     """UID every container of the pods runs as (also their group and fsGroup). The default 1000
@@ -507,6 +642,8 @@ class TritonLLMDeploymentSpec(ApiModel):
     """Autoscale replicas with an HPA; empty keeps serving.replicas fixed."""
     podTemplate: PodTemplate = Field(default_factory=PodTemplate)
     """Pod settings."""
+    networkPolicy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
+    """Who may reach the serving pods (a NetworkPolicy, on by default)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -595,6 +732,8 @@ class TritonLLMDeploymentSpec(ApiModel):
 # running the Python side of every rule).
 RULE_SITES: dict[str, type[ApiModel]] = {
     "spec": TritonLLMDeploymentSpec,
+    "spec.model": ModelSource,
+    "spec.model.tokenizer": Tokenizer,
     "spec.engine": EngineSpec,
     "spec.serving": ServingSpec,
     "spec.storage": StorageSpec,

@@ -14,12 +14,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonllm.api.deployment import InvalidDeployment, parse_deployment
-from tritonllm.render import Rendered, RenderOptions, render_all, validate
+from tritonllm.api.deployment import FieldError, InvalidDeployment, parse_deployment
+from tritonllm.render import Rendered, RenderOptions, render_all, rendered_problems, validate
 
 from .yamlio import dump_all, load_all
 
 EXIT_INVALID = 2
+# What the API server's strict field validation knows at the top and in metadata (ObjectMeta).
+TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+META_FIELDS = (
+    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
+)
+
+
+def _unknown_fields(doc: Any) -> list[FieldError]:
+    if not isinstance(doc, dict):
+        return []
+    meta = doc.get("metadata")
+    unknown = [k for k in doc if k not in TOP_FIELDS]
+    unknown += [f"metadata.{k}" for k in meta if k not in META_FIELDS] if isinstance(
+        meta, dict) else []
+    return [FieldError(str(k), "is not a field of a TritonLLMDeployment (the API server refuses "
+                       "unknown fields); check its spelling") for k in unknown]
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,20 +69,29 @@ def render_documents(
     results: list[Rendered] = []
     errors: list[str] = []
     for i, doc in enumerate(docs):
-        if namespace and isinstance(doc, dict):
-            doc = {**doc, "metadata": {"namespace": namespace, **(doc.get("metadata") or {})}}
-        label = (doc.get("metadata") or {}).get("name") if isinstance(doc, dict) else None
-        where = f"document {i + 1}" + (f" ({label})" if label else "")
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        if namespace and isinstance(doc, dict) and isinstance(meta or {}, dict):
+            doc = {**doc, "metadata": {"namespace": namespace, **(meta or {})}}
+        label = meta.get("name") if isinstance(meta, dict) else None
+        where = f"document {i + 1}" + (f" ({label})" if isinstance(label, str) else "")
+        missing = [
+            FieldError(k, "is required (the API server refuses an object without it)")
+            for k in ("apiVersion", "kind")
+            if isinstance(doc, dict) and k not in doc
+        ] + _unknown_fields(doc)
         try:
             dep = parse_deployment(doc)
         except InvalidDeployment as exc:
-            errors += [f"{where}: {e}" for e in exc.errors]
+            errors += [f"{where}: {e}" for e in missing + exc.errors]
             continue
-        problems = validate(dep)
+        problems = missing + validate(dep)
+        if not problems:
+            rendered = render_all(dep, opts)
+            problems = rendered_problems(rendered)
         if problems:
             errors += [f"{where}: {e}" for e in problems]
             continue
-        results.append(render_all(dep, opts))
+        results.append(rendered)
     return results, errors
 
 

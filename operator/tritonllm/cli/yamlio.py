@@ -31,5 +31,51 @@ def dump_all(objs: Iterable[Any]) -> str:
     )
 
 
+# Values (mappings, lists, scalars) one document may expand to through aliases: far above any
+# real object, far below what an alias bomb ("billion laughs") expands to.
+MAX_NODES = 100_000
+
+
+class StrictYamlError(ValueError):
+    """YAML the API server would refuse too (duplicate keys, an alias bomb)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys, as the API server does."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen and key != "<<":
+                raise StrictYamlError(
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1}: "
+                    "each key may appear once in a mapping"
+                )
+            if isinstance(key, str):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _bounded(doc: Any) -> Any:
+    """`doc`, if it expands to at most MAX_NODES values (aliases counted every time)."""
+    stack, count = [doc], 0
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise StrictYamlError(
+                f"a document expands to more than {MAX_NODES} values through YAML aliases "
+                "(an alias bomb?); write the object out without anchors"
+            )
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return doc
+
+
 def load_all(text: str) -> list[Any]:
-    return [d for d in yaml.safe_load_all(text) if d is not None]
+    """Every non-empty document; duplicate keys and alias bombs raise StrictYamlError."""
+    docs = yaml.load_all(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    return [_bounded(d) for d in docs if d is not None]

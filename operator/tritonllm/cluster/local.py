@@ -79,6 +79,8 @@ STOP_PHASES = (
     ("kube-apiserver",),
     ("etcd",),
 )
+#: Processes ``restart`` may stop and start again (none needs an environment of its own).
+RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 DEFAULT_NAME = "default"
@@ -99,6 +101,18 @@ def default_crd_dirs() -> list[Path]:
         return [Path(p) for p in env.split(os.pathsep) if p]
     checkout = Path(__file__).resolve().parents[3] / "crds"
     return [checkout] if checkout.is_dir() else []
+
+
+def _listen_free(port: int) -> bool:
+    """Nothing listens on `port` (connections of the last listener in TIME_WAIT do not count:
+    the API server binds with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:
@@ -460,6 +474,46 @@ class LocalCluster:
         if ours or strays:
             self.progress(f"cluster {self.name!r} stopped ({len(ours) + len(strays)} processes)")
         return left
+
+    def restart(self, component: str, *, down_for: float = 0.0, timeout: float = 60) -> float:
+        """Kill one control-plane process (SIGKILL, as a crash), keep it stopped ``down_for``
+        seconds, start it again
+        with the same command line and wait until it serves; return the seconds it was gone.
+
+        For fault tests: etcd's data and every other process are kept, so the cluster carries
+        on where it was (the API server's watch cache starts afresh, as after a real restart).
+        """
+        if component not in RESTARTABLE:
+            raise ClusterError(f"cannot restart {component!r}; one of {sorted(RESTARTABLE)}")
+        ports, processes = self._load_state()
+        proc = processes.get(component)
+        if proc is None:
+            raise ClusterError(f"cluster {self.name!r} has no {component}")
+        start = time.monotonic()
+        left = procs.terminate([proc.pid], timeout=0) if self._ours(proc) else []
+        if left:
+            raise ClusterError(f"{component} (pid {proc.pid}) did not stop")
+        old = self._children.pop(proc.pid, None)
+        if old is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.wait(timeout=1)
+        time.sleep(down_for)
+        # A killed process's listening socket closes a moment after it is gone.
+        port = {"kube-apiserver": ports.apiserver}.get(component)
+        deadline = time.monotonic() + 15
+        while port and not _listen_free(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._processes = processes
+        self._spawn(component, proc.argv, processes)
+        ready = {
+            "kube-apiserver": self._apiserver_ready,
+            "kube-controller-manager": lambda: self._healthz(ports.controller_manager),
+            "kube-scheduler": lambda: self._healthz(ports.scheduler),
+            "kwok": lambda: True,
+        }[component]
+        self._t0 = start
+        self._wait(ready, f"{component} back", time.monotonic() + timeout, processes)
+        return time.monotonic() - start
 
     # ---- starting processes ------------------------------------------------------------------
 

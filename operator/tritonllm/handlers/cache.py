@@ -51,6 +51,16 @@ def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
     spec_hash = (meta.get("annotations") or {}).get(c.ANNOTATION_SPEC_HASH)
     if spec_hash is not None:
         out["annotations"] = {c.ANNOTATION_SPEC_HASH: spec_hash}
+    # Whose the object is (tritonllm.plan.ownership): the managed-by label and the owners.
+    managed_by = (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY)
+    if managed_by is not None and "labels" not in out:
+        out["labels"] = {c.LABEL_MANAGED_BY: managed_by}
+    owners = [
+        {k: r[k] for k in ("kind", "name", "uid") if k in r}
+        for r in meta.get("ownerReferences") or []
+    ]
+    if owners:
+        out["ownerReferences"] = owners
     return out
 
 
@@ -111,11 +121,15 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
         for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")
         if k in st
     }
+    # Why the Deployment controller cannot create pods (a quota, Pod Security, a webhook).
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            status["replicaFailure"] = str(cond.get("message", ""))[:600]
     return {"metadata": _meta(obj, "generation"), "spec": out_spec, "status": status}
 
 
 def project_child(obj: Mapping[str, Any]) -> Obj:
-    """ConfigMap, Service, HPA, PDB, PVC: identity and the spec hash."""
+    """ConfigMap, Service, HPA, PDB, NetworkPolicy, PVC: identity and the spec hash."""
     return {"metadata": _meta(obj, "labels")}
 
 
@@ -203,6 +217,8 @@ BY_NAME: dict[str, IndexSpec] = {
                ("autoscaling", "v2", "horizontalpodautoscalers"), project_child, managed=True),
         _named("tritonllm_budgets", "PodDisruptionBudget",
                ("policy", "v1", "poddisruptionbudgets"), project_child, managed=True),
+        _named("tritonllm_network_policies", "NetworkPolicy",
+               ("networking.k8s.io", "v1", "networkpolicies"), project_child, managed=True),
         _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
                project_child),
         _named("tritonllm_secrets", "Secret", ("", "v1", "secrets"), project_secret),

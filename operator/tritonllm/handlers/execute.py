@@ -14,10 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api import reasons as r
+from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.k8s.client import Kube, KubeError
+from tritonllm.plan.ownership import conflict_message, is_ours, is_shared, is_shared_live
 from tritonllm.plan.reconcile import Plan
-from tritonllm.render import naming
+from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
 from tritonllm.render.status import status_object
@@ -26,6 +28,77 @@ from .cache import Cache
 from .metrics import BUILDS
 
 Logger = logging.LoggerAdapter[Any]
+
+# Kinds created under names others may already use: before creating one the watches do not show,
+# the executor reads it once (the name must be free or the object ours). Claims are the user's
+# (never owned), engine records the operator's own kind.
+CHECKED_KINDS = frozenset(
+    {
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "Job",
+        "Deployment",
+        "LeaderWorkerSet",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    }
+)
+# Longest server message quoted into a condition (a refused 1 MiB object echoes much of it).
+MAX_QUOTED = 600
+
+
+class NameConflict(Exception):
+    """An object the deployment needs exists and is not its own."""
+
+
+class WriteRefused(Exception):
+    """The API server refused a write of one object."""
+
+    def __init__(self, verb: str, kind: str, name: str, error: KubeError) -> None:
+        super().__init__(f"{verb} {kind}/{name}: {error}")
+        self.verb, self.kind, self.name, self.error = verb, kind, name, error
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """(Degraded reason, message naming the object and the fix) for what ended a reconcile."""
+    if isinstance(exc, NameConflict):
+        return r.NAME_CONFLICT, str(exc)
+    if isinstance(exc, InvalidDeployment):
+        return r.INVALID_SPEC, "; ".join(str(e) for e in exc.errors)
+    if isinstance(exc, WriteRefused):
+        what, err = f"{exc.kind}/{exc.name}", exc.error
+    elif isinstance(exc, KubeError):
+        what, err = "a request", exc
+    else:
+        return r.RENDER_FAILED, (
+            f"{type(exc).__name__}: {str(exc)[:MAX_QUOTED]} (an operator error: please report it "
+            "with the spec)"
+        )
+    msg = err.message if len(err.message) <= MAX_QUOTED else err.message[:MAX_QUOTED] + "..."
+    if "admission webhook" in msg or "ValidatingAdmissionPolicy" in msg:
+        return r.ADMISSION_REFUSED, (
+            f"an admission webhook or policy refused {what}: {msg}; change the spec field it "
+            "names, or ask the cluster's administrators"
+        )
+    if err.status == 403 and "exceeded quota" in msg:
+        return r.QUOTA_EXCEEDED, (
+            f"{what} exceeds a ResourceQuota of the namespace: {msg}; lower "
+            "podTemplate.resources, serving.replicas or storage.create.size, or raise the quota"
+        )
+    if err.status == 403:
+        return r.FORBIDDEN, (
+            f"the operator may not write {what}: {msg}; grant it in the operator's Role or "
+            "ClusterRole (charts/tritonllm, settings.namespaces)"
+        )
+    if err.status in (400, 422):
+        return r.APPLY_REFUSED, (
+            f"the API server refused {what}: {msg}; fix the spec field it names"
+        )
+    return r.API_ERROR, (
+        f"{what} failed: {err.status} {err.reason}: {msg}; retried with a growing delay"
+    )
 
 
 async def execute(
@@ -44,13 +117,24 @@ async def execute(
         await kube.set_finalizers(body, p.finalizers)
     if p.create_mpi_secret and dep is not None:
         await _create_mpi_secret(kube, dep, logger)
-    await _apply(kube, cache, p, ns, logger)
+    uid = dep.metadata.uid or "" if dep is not None else ""
+    await _apply(kube, cache, p, ns, uid, logger)
     for api_version, kind, obj_name in p.delete:
-        if await kube.delete(api_version, kind, ns, obj_name):
-            logger.info("deleted %s/%s", kind, obj_name)
+        live = cache.get(kind, ns, obj_name)
+        if live is not None and not is_ours(live, uid, shared=is_shared_live(live)):
+            raise NameConflict(conflict_message(kind, obj_name, live))
+        try:
+            owner_uid = ((live or {}).get("metadata") or {}).get("uid")
+            if await kube.delete(api_version, kind, ns, obj_name, uid=owner_uid):
+                logger.info("deleted %s/%s", kind, obj_name)
+        except KubeError as exc:
+            raise WriteRefused("delete", kind, obj_name, exc) from exc
     if p.scale and dep is not None:
         api_version, kind, replicas = p.scale
-        await kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
+        try:
+            await kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
+        except KubeError as exc:
+            raise WriteRefused("scale", kind, naming.serving_name(dep), exc) from exc
         logger.info("scaled %s to %d", kind, replicas)
     if p.engine_status is not None and engine_key is not None:
         obj = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
@@ -65,21 +149,51 @@ async def execute(
         logger.info("event %s %s: %s", type_, reason, message)
 
 
-async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, logger: Logger) -> None:
+async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: Logger) -> None:
     for obj in p.apply:
+        if obj.kind in CHECKED_KINDS:
+            await _name_is_free(kube, cache, obj, uid)
         try:
             cache.remember(await kube.apply(obj))
             logger.info("applied %s/%s", obj.kind, obj.name)
         except KubeError as exc:
-            if exc.status == 422 and obj.kind == "Job":
+            if exc.status == 422 and obj.kind == "Job" and cache.get("Job", ns, obj.name):
                 # A Job's pod template is immutable: replace it (it is keyed by content, so
                 # this only happens after a tools-image or operator upgrade).
                 await kube.delete("batch/v1", "Job", ns, obj.name)
                 continue
-            raise
+            raise WriteRefused("apply", obj.kind, obj.name, exc) from exc
+
+
+async def _name_is_free(kube: Kube, cache: Cache, obj: Manifest, uid: str) -> None:
+    """The object to apply is ours or does not exist yet. What the watches show is checked
+    without a request; an object they do not show (not labelled as ours) is read once, before
+    it would be created."""
+    live = cache.get(obj.kind, obj.namespace, obj.name)
+    try:
+        if live is None:
+            live = await kube.get(obj.api_version, obj.kind, obj.namespace, obj.name)
+    except KubeError as exc:
+        raise WriteRefused("get", obj.kind, obj.name, exc) from exc
+    if live is not None and not is_ours(live, uid, shared=is_shared(obj)):
+        raise NameConflict(conflict_message(obj.kind, obj.name, live))
 
 
 async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> None:
-    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md)."""
-    await kube.create(mpi_secret(dep, ssh_key_pairs(f"tritonllm-{dep.name}")))
-    logger.info("created Secret/%s (MPI SSH keys)", naming.mpi_secret_name(dep))
+    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md). A Secret of
+    that name that is not ours is never trusted (its keys would let someone in)."""
+    name = naming.mpi_secret_name(dep)
+    try:
+        created = await kube.create(mpi_secret(dep, ssh_key_pairs(f"tritonllm-{dep.name}")))
+        live = None if created else await kube.get("v1", "Secret", dep.namespace, name)
+    except KubeError as exc:
+        raise WriteRefused("create", "Secret", name, exc) from exc
+    if live is not None and not _owned_secret(live, dep.metadata.uid or ""):
+        raise NameConflict(conflict_message("Secret", name, live))
+    if created:
+        logger.info("created Secret/%s (MPI SSH keys)", name)
+
+
+def _owned_secret(live: Mapping[str, Any], uid: str) -> bool:
+    refs = live.get("metadata", {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("uid") == uid for ref in refs)

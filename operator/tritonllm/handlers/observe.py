@@ -16,6 +16,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 from tritonllm.plan.observed import Observed, job_failed, unschedulable_message
+from tritonllm.plan.ownership import conflict_message
 from tritonllm.render import Rendered, naming
 
 from .cache import Cache
@@ -41,7 +42,13 @@ async def observe(
     cred = spec.model.credentials
     keys = cache.secret_keys(ns, cred.secretName) if cred else None
     product = spec.gpu.product if settings.check_gpu_nodes else None
-    multi = spec.topology.multi_node
+    mpi_name = naming.mpi_secret_name(dep)
+    mpi = cache.get("Secret", ns, mpi_name) if spec.topology.multi_node else None
+    owners = {ref.get("uid") for ref in ((mpi or {}).get("metadata") or {}).get("ownerReferences")
+              or []}
+    foreign = [] if mpi is None or dep.metadata.uid in owners else [
+        conflict_message("Secret", mpi_name, mpi)
+    ]
     return Observed(
         now=now,
         store=cache.get("PersistentVolumeClaim", ns, spec.storage.claimName),
@@ -55,10 +62,10 @@ async def observe(
         workload=workload,
         live=_live(cache, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
-        mpi_secret_present=cache.get("Secret", ns, naming.mpi_secret_name(dep)) is not None
-        if multi
-        else None,
+        mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         unschedulable=await pods.unschedulable(kube, dep, workload),
+        foreign=foreign,
+        pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 
 
@@ -68,6 +75,7 @@ def _live(cache: Cache, r: Rendered, workload: Obj | None) -> dict[tuple[str, st
     for kind, current in (
         ("HorizontalPodAutoscaler", r.autoscaler),
         ("PodDisruptionBudget", r.disruption_budget),
+        ("NetworkPolicy", r.network_policy),
     ):
         if current is None:
             refs.append((kind, r.name))

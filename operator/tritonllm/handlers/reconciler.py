@@ -27,12 +27,12 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.deletion import FINALIZER, plan_deletion
 from tritonllm.plan.engine import is_cache_hit, record_status
-from tritonllm.plan.reconcile import Observed, Plan, plan, plan_invalid
-from tritonllm.render import RenderOptions, jobs, naming, render_all, validate
+from tritonllm.plan.reconcile import Observed, Plan, plan, plan_failed, plan_invalid
+from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_problems, validate
 from tritonllm.render.manifest import Manifest
 
 from .cache import Cache
-from .execute import execute
+from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
 from .observe import PodChecks, observe
 from .schedule import Schedule
@@ -134,7 +134,7 @@ class Reconciler:
             RECONCILES.labels("ok").inc()
             self._failures.pop(key, None)
             return requeue
-        except KubeError as exc:
+        except (KubeError, NameConflict, WriteRefused, InvalidDeployment) as exc:
             logger.warning("reconcile failed: %s", exc)
         except Exception:
             logger.exception("reconcile crashed")
@@ -172,10 +172,27 @@ class Reconciler:
         uid = body["metadata"].get("uid", "")
         dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
-        async with self._engine_guard(dep.namespace, key):
-            decision = await self._plan_and_execute(body, dep, key, now, logger)
+        try:
+            async with self._engine_guard(dep.namespace, key):
+                decision = await self._plan_and_execute(body, dep, key, now, logger)
+        except Exception as exc:
+            await self._report(body, exc, now, logger)
+            raise
         self._record(body, decision.status)
         return decision.requeue_after
+
+    async def _report(
+        self, body: dict[str, Any], exc: Exception, now: dt.datetime, logger: Logger
+    ) -> None:
+        """Whatever ended a pass is said on the object (Degraded + an Event naming the object
+        or field and the fix), not only in the log; the pass is then retried with backoff."""
+        reason, message = failure(exc)
+        decision = plan_failed(body, reason, message, Observed(now=now))
+        try:
+            await execute(self.kube, self.cache, body, None, decision, logger)
+            self._record(body, decision.status)
+        except KubeError as err:  # the status itself cannot be written: the log is all we have
+            logger.warning("could not report %s (%s): %s", reason, message, err)
 
     async def _plan_and_execute(
         self,
@@ -196,6 +213,9 @@ class Reconciler:
             else None,
         )
         rendered = render_all(dep, opts)
+        too_big = rendered_problems(rendered)
+        if too_big:
+            raise InvalidDeployment(too_big)
         obs = await observe(
             self.kube, self.cache, self.settings, dep, rendered,
             engine=engine, workload=workload, now=now, pods=self._pods,

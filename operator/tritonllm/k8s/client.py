@@ -89,6 +89,7 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): Resource("leaderworkersets"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Resource("horizontalpodautoscalers"),
     ("policy/v1", "PodDisruptionBudget"): Resource("poddisruptionbudgets"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): Resource("networkpolicies"),
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),
 }
@@ -223,6 +224,21 @@ class Kube:
         items: list[dict[str, Any]] = out.get("items", [])
         return items
 
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """One object, or None when it does not exist (only before creating an object the
+        watches do not show: is the name free?)."""
+        try:
+            out: dict[str, Any] = await self._call(
+                "get", kind, "GET", path_for(api_version, kind, namespace, name)
+            )
+            return out
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     # --- writes ----------------------------------------------------------------------------
 
     async def apply(self, obj: Sendable) -> dict[str, Any]:
@@ -309,15 +325,20 @@ class Kube:
         name: str,
         *,
         propagation: str = "Background",
+        uid: str | None = None,
     ) -> bool:
-        """Delete; False when it was already gone."""
+        """Delete; False when it was already gone. With `uid`, only that very object (one
+        recreated under the name since it was seen is left alone: 409)."""
+        body: dict[str, Any] = {"propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             await self._call(
                 "delete",
                 kind,
                 "DELETE",
                 path_for(api_version, kind, namespace, name),
-                body={"propagationPolicy": propagation},
+                body=body,
             )
             return True
         except KubeError as exc:

@@ -1,8 +1,9 @@
 """Garbage: children that no longer belong to the spec.
 
 Kubernetes collects the children of a deleted deployment (owner references); this step removes
-the ones a live deployment stopped needing: an HPA or PDB switched off, and repository revisions
-other than the target and the one the workload still serves (kept for the rollout).
+the ones a live deployment stopped needing: an HPA, PDB or NetworkPolicy switched off, and
+repository revisions other than the target and the one the workload still serves (kept for the
+rollout).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def collect_garbage(
     for kind, api_version, current in (
         ("HorizontalPodAutoscaler", "autoscaling/v2", rendered.autoscaler),
         ("PodDisruptionBudget", "policy/v1", rendered.disruption_budget),
+        ("NetworkPolicy", "networking.k8s.io/v1", rendered.network_policy),
     ):
         if (kind, name) in obs.live and current is None:
             p.delete.append((api_version, kind, name))

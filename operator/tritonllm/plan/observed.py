@@ -39,6 +39,10 @@ class Observed:
     mpi_secret_present: bool | None = None
     # Why a serving pod cannot be scheduled (the scheduler's message), if one cannot.
     unschedulable: str | None = None
+    # Why the workload's controller cannot create serving pods (its ReplicaFailure message).
+    pods_refused: str | None = None
+    # Objects with a name the deployment needs that are not its own (what to tell the user).
+    foreign: Sequence[str] = ()
 
 
 @dataclasses.dataclass(frozen=True)

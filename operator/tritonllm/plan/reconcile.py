@@ -32,6 +32,7 @@ from .deletion import FINALIZER, finalizers_for, plan_deletion
 from .engine import MAX_BUILD_ATTEMPTS, backoff_seconds, engine_step
 from .gc import collect_garbage
 from .observed import Obj, Observed, unschedulable_message
+from .ownership import conflict_message, conflicts, is_ours
 from .prerequisites import prerequisites_step
 from .repository import repository_step
 from .serving import available, serving_step
@@ -51,8 +52,11 @@ __all__ = [
     "Observed",
     "Plan",
     "backoff_seconds",
+    "conflict_message",
+    "is_ours",
     "plan",
     "plan_deletion",
+    "plan_failed",
     "plan_invalid",
     "unschedulable_message",
 ]
@@ -75,6 +79,9 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
+    clash = conflicts(p, obs, uid)
+    if clash:  # touch nothing that is not ours; say what is in the way
+        return plan_failed(body, r.NAME_CONFLICT, "; ".join(clash), obs)
     # 6. the status, the Events of its flips, and when to look again
     if blocked is not None:
         summary = blocked_summary(blocked)
@@ -97,9 +104,25 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
 def plan_invalid(body: Obj, error: InvalidDeployment, obs: Observed) -> Plan:
     """An object that slipped past the schema: say which field, touch nothing else."""
     message = "; ".join(str(e) for e in error.errors)
+    return plan_failed(body, r.INVALID_SPEC, message, obs, progress="fix the spec; nothing was "
+                       "changed")
+
+
+def plan_failed(
+    body: Obj,
+    reason: str,
+    message: str,
+    obs: Observed,
+    *,
+    progress: str = "stopped until the problem named by Degraded is fixed",
+) -> Plan:
+    """A reconcile that cannot go on: Degraded names the field or object and the fix, Progressing
+    stops, the other conditions stay as they were; nothing else is written."""
     conds = [
-        Cond(c.COND_DEGRADED, "True", r.INVALID_SPEC, message),
-        Cond(c.COND_PROGRESSING, "False", r.INVALID_SPEC, "fix the spec; nothing was changed"),
+        Cond(c.COND_DEGRADED, "True", reason, message),
+        Cond(c.COND_PROGRESSING, "False", reason, progress),
     ]
-    fields = {"reason": r.INVALID_SPEC}
-    return finish(body, Plan(), conds, obs, fields=fields, keep_others=True)
+    p = finish(body, Plan(), conds, obs, fields={"reason": reason}, keep_others=True)
+    if reason == r.NAME_CONFLICT:  # the object in the way sends us no watch event when it goes
+        p.requeue(BLOCKED_REQUEUE_SECONDS)
+    return p

@@ -26,9 +26,12 @@ def serving_step(
     repository_ready: bool,
     blocked: bool,
 ) -> WorkloadObs:
-    """Service, workload, HPA and PDB writes (or a scale); returns the live workload's counts."""
+    """Service, NetworkPolicy, workload, HPA and PDB writes (or a scale); returns the live
+    workload's counts. The NetworkPolicy goes first, so no serving pod runs without it."""
     if not blocked:
         want(p, obs, rendered.service)
+        if rendered.network_policy is not None:
+            want(p, obs, rendered.network_policy)
     if repository_ready and not blocked:
         p.create_mpi_secret = obs.mpi_secret_present is False
         want(p, obs, rendered.workload)

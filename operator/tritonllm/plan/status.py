@@ -73,10 +73,26 @@ def summarise(
         if obs.unschedulable:
             reason = r.UNSCHEDULABLE
             message += f"; a serving pod cannot be scheduled: {obs.unschedulable}"
+        if obs.pods_refused:
+            return pods_refused_summary(obs.pods_refused, message)
         return Summary(fine, Cond(c.COND_PROGRESSING, "True", reason, message), reason)
     message = "every replica runs the current engine and settings"
     done = Cond(c.COND_PROGRESSING, "False", r.DEPLOYED, message)
     return Summary(fine, done, r.READY if workload.ready else r.SCALED_TO_ZERO)
+
+
+def pods_refused_summary(refused: str, progress: str) -> Summary:
+    """The workload's controller cannot create serving pods: a quota, Pod Security or an
+    admission webhook refuses them (their own words are quoted)."""
+    if "exceeded quota" in refused:
+        reason = r.QUOTA_EXCEEDED
+        fix = "lower podTemplate.resources or serving.replicas, or raise the quota"
+    else:
+        reason = r.ADMISSION_REFUSED
+        fix = "change what the message names, or ask the cluster's administrators"
+    message = f"serving pods cannot be created: {refused}; {fix}"
+    degraded = Cond(c.COND_DEGRADED, "True", reason, message)
+    return Summary(degraded, Cond(c.COND_PROGRESSING, "True", reason, progress), reason)
 
 
 def blocked_summary(blocked: Cond) -> Summary:

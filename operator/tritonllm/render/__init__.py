@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 from typing import Any
 
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
@@ -15,7 +16,18 @@ from . import jobs, naming, plans, serving, store
 from .manifest import Manifest
 from .pod import RenderOptions
 
-__all__ = ["Manifest", "RenderOptions", "Rendered", "render_all", "validate"]
+__all__ = [
+    "Manifest",
+    "RenderOptions",
+    "Rendered",
+    "render_all",
+    "rendered_problems",
+    "validate",
+]
+
+# The API server refuses a ConfigMap whose data exceeds 1 MiB (and etcd any object above about
+# 1.5 MiB): a rendered object above this is reported, never sent.
+MAX_OBJECT_BYTES = 1 << 20
 
 
 def validate(dep: TritonLLMDeployment) -> list[FieldError]:
@@ -44,6 +56,7 @@ class Rendered:
     workload: Manifest  # Deployment or LeaderWorkerSet
     autoscaler: Manifest | None  # HorizontalPodAutoscaler
     disruption_budget: Manifest | None  # PodDisruptionBudget
+    network_policy: Manifest | None  # NetworkPolicy of the serving pods
     # The model repository: relative path -> file content.
     repository: dict[str, str]
     build_plan: dict[str, Any]
@@ -61,6 +74,7 @@ class Rendered:
             self.repository_configmap,
             self.repository_job,
             self.service,
+            self.network_policy,
             self.workload,
             self.autoscaler,
             self.disruption_budget,
@@ -105,6 +119,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         workload=Manifest.of(workload(dep, repo_key, key, opts)),
         autoscaler=_manifest(serving.hpa(dep)),
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
+        network_policy=_manifest(serving.network_policy(dep)),
         repository=repo_files,
         build_plan=bplan,
         launch_plan=keyed.launch_plan,
@@ -136,6 +151,23 @@ def repository_files(
     else:
         _REPOSITORIES.move_to_end(key)
     return dict(files)
+
+
+def rendered_problems(r: Rendered) -> list[FieldError]:
+    """Rendered objects the API server would refuse for their size (the model repository
+    ConfigMap grows with serving.extraParameters and the tokenizer settings)."""
+    out = []
+    for obj in r.objects:
+        size = len(json.dumps(obj.body, separators=(",", ":")))
+        if size > MAX_OBJECT_BYTES:
+            out.append(
+                FieldError(
+                    "spec.serving.extraParameters",
+                    f"the rendered {obj.kind} {obj.name} would be {size} bytes, above the API "
+                    f"server's limit of {MAX_OBJECT_BYTES} bytes; shorten the largest values",
+                )
+            )
+    return out
 
 
 def _manifest(body: dict[str, Any] | None) -> Manifest | None:

@@ -17,6 +17,7 @@ world size, TensorRT-LLM version) before any serving pod starts.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -51,6 +52,8 @@ BUILD_BACKOFF_LIMIT = 2
 # tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
 PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
 BUILD_DEADLINE_SECONDS = 6 * 3600
+# The build pod's private Hugging Face home (tools may cache there), on its scratch emptyDir.
+HF_HOME_MOUNT = f"{c.SCRATCH_MOUNT}/huggingface"
 
 
 def configmap_key(path: str) -> str:
@@ -71,18 +74,44 @@ def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) ->
     }
 
 
+def build_writable_dirs(dep: TritonLLMDeployment, key: str) -> list[str]:
+    """What the build Job of engine `key` writes on the store, and nothing else: its engine and
+    checkpoint directories, and the download targets of hf:// sources (for llmapi, the weights
+    directory, where the download keeps its step markers)."""
+    dirs = [] if dep.spec.runtime == "llmapi" else [naming.engine_dir(key),
+                                                     naming.checkpoint_dir(key)]
+    sources = [(dep.spec.model.source, naming.weights_dir(dep))]
+    if dep.spec.model.tokenizer.source:
+        sources.append((dep.spec.model.tokenizer.source, naming.tokenizer_dir(dep)))
+    for source, path in sources:
+        local = path.startswith(c.STORE_MOUNT + "/") and dep.spec.runtime == "llmapi"
+        if source.startswith("hf://") or (local and path == naming.weights_dir(dep)):
+            dirs.append(path)
+    return sorted(set(dirs))
+
+
+def _build_env(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
+    """The pods' environment, with HF_HOME on the build pod's own scratch volume (the store's
+    shared cache is not writable by a build)."""
+    return [
+        {"name": "HF_HOME", "value": HF_HOME_MOUNT} if e["name"] == "HF_HOME" else e
+        for e in env(dep)
+    ]
+
+
 def _build_pod_spec(
-    dep: TritonLLMDeployment, name: str, gpus: int, opts: RenderOptions
+    dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
 ) -> dict[str, Any]:
     """The build pod: `tritonllm build` in the serving image, on the serving GPUs (no GPU and
-    no GPU placement for a download)."""
+    no GPU placement for a download). Of the store it may write only build_writable_dirs."""
+    name = naming.build_job_name(key, dep.spec.runtime)
     container: dict[str, Any] = {
         "name": "build",
         "image": dep.spec.image,
         "command": ["python3", PYZ, "build", "--plan", f"{c.PLAN_MOUNT}/{BUILD_PLAN_KEY}"],
-        "env": env(dep),
+        "env": _build_env(dep),
         "volumeMounts": [
-            *store_mounts(dep, read_only=False),
+            *store_mounts(dep, read_only=True, writable=build_writable_dirs(dep, key)),
             {"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT, "readOnly": True},
             {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": c.SHM_MOUNT},
@@ -123,7 +152,7 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
     downloads the checkpoint: then it needs no GPU)."""
     name = naming.build_job_name(key, dep.spec.runtime)
     labels = naming.shared_labels(key, c.COMPONENT_BUILD)
-    pod_spec = _build_pod_spec(dep, name, gpus, opts)
+    pod_spec = _build_pod_spec(dep, key, gpus, opts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -143,7 +172,10 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
                             "operator": "In",
                             "values": list(PERMANENT_EXIT_CODES),
                         },
-                    }
+                    },
+                    # An evicted or preempted pod (a drain, a lost node) is replaced without
+                    # counting against backoffLimit: the build resumes from its step markers.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
                 ]
             },
             "template": {
@@ -179,6 +211,16 @@ def plan_configmap(
     }
 
 
+def _repository_mounts(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
+    """The store read-only but this deployment's repositories (each revision is a directory
+    in it), and the plan."""
+    own = os.path.dirname(naming.repository_dir(dep, repo_key))
+    return [
+        *store_mounts(dep, read_only=True, writable=[own]),
+        {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
+    ]
+
+
 def repository_job(
     dep: TritonLLMDeployment, repo_key: str, repo_paths: list[str], opts: RenderOptions
 ) -> dict[str, Any]:
@@ -190,10 +232,7 @@ def repository_job(
         "name": "repository",
         "image": opts.tools_image,
         "command": ["tritonllm", "build", "--plan", f"{c.PLAN_MOUNT}/{REPOSITORY_PLAN_KEY}"],
-        "volumeMounts": [
-            *store_mounts(dep, read_only=False),
-            {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},
-        ],
+        "volumeMounts": _repository_mounts(dep, repo_key),
         "resources": {
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"memory": "256Mi"},

@@ -127,6 +127,8 @@ def checkpoint_dir(key: str) -> str:
 
 
 SOURCE_MOUNT = "/source"
+# A tokenizer on a third claim (neither the store nor the model's) is mounted here.
+TOKENIZER_SOURCE_MOUNT = "/source-tokenizer"
 
 
 def source_dir(dep: TritonLLMDeployment, source: str, revision: str) -> str:
@@ -139,7 +141,7 @@ def source_dir(dep: TritonLLMDeployment, source: str, revision: str) -> str:
         org, name = source.removeprefix("hf://").split("/", 1)
         return f"{c.STORE_MOUNT}/models/hf/{_safe(org)}/{_safe(name)}/{_safe(revision)}"
     claim, path = source.removeprefix("pvc://").split("/", 1)
-    root = c.STORE_MOUNT if claim == dep.spec.storage.claimName else SOURCE_MOUNT
+    root = c.STORE_MOUNT if claim == dep.spec.storage.claimName else source_claims(dep)[claim]
     return f"{root}/{path.strip('/')}"
 
 
@@ -156,10 +158,26 @@ def repository_dir(dep: TritonLLMDeployment, repo_key: str) -> str:
     return f"{c.STORE_MOUNT}/repos/{dep.namespace}/{dep.name}/{repo_key}"
 
 
+def _claim_of(source: str | None) -> str | None:
+    if not source or not source.startswith("pvc://"):
+        return None
+    return source.removeprefix("pvc://").split("/", 1)[0]
+
+
 def source_claim(dep: TritonLLMDeployment) -> str | None:
     """A claim other than the store that holds the model (pvc:// source), if any."""
-    src = dep.spec.model.source
-    if not src.startswith("pvc://"):
-        return None
-    claim = src.removeprefix("pvc://").split("/", 1)[0]
+    claim = _claim_of(dep.spec.model.source)
     return None if claim == dep.spec.storage.claimName else claim
+
+
+def source_claims(dep: TritonLLMDeployment) -> dict[str, str]:
+    """Claims other than the store that pods read sources from -> where they are mounted: the
+    model's at /source, a tokenizer's on yet another claim at /source-tokenizer."""
+    out: dict[str, str] = {}
+    model = source_claim(dep)
+    if model:
+        out[model] = SOURCE_MOUNT
+    tok = _claim_of(dep.spec.model.tokenizer.source)
+    if tok and tok != dep.spec.storage.claimName and tok not in out:
+        out[tok] = TOKENIZER_SOURCE_MOUNT
+    return out

@@ -19,7 +19,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.triton.build import build_plan, download_plan, download_step
-from tritonllm.triton.launch import launch_spec, mpirun_argv
+from tritonllm.triton.launch import launch_spec, mpirun_argv, rsh_agent
 
 from . import naming
 
@@ -78,7 +78,13 @@ def launch_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, 
         "argv": mpirun_argv(launch),
         "ssh": None
         if ssh is None
-        else {"port": ssh.port, "keyDir": c.MPI_SSH_MOUNT, "workDir": ssh.workdir},
+        else {
+            "port": ssh.port,
+            "keyDir": c.MPI_SSH_MOUNT,
+            "workDir": ssh.workdir,
+            # mpirun's own SSH command: the leader logs in with it to every worker first.
+            "agent": rsh_agent(ssh),
+        },
     }
 
 

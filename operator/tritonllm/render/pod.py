@@ -13,6 +13,7 @@ from a required node affinity on `nvidia.com/gpu.product`, and a toleration for 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -23,6 +24,7 @@ from . import naming
 TOOLS_VOLUME = "tritonllm-tools"
 STORE_VOLUME = "model-store"
 SOURCE_VOLUME = "model-source"
+TOKENIZER_SOURCE_VOLUME = "tokenizer-source"
 PLAN_VOLUME = "plan"
 SHM_VOLUME = "dshm"
 SCRATCH_VOLUME = "scratch"
@@ -190,20 +192,37 @@ def store_volumes(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
     vols: list[dict[str, Any]] = [
         {"name": STORE_VOLUME, "persistentVolumeClaim": {"claimName": dep.spec.storage.claimName}},
     ]
-    claim = naming.source_claim(dep)
-    if claim:
+    for claim, mount in naming.source_claims(dep).items():
         vols.append(
-            {"name": SOURCE_VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            {
+                "name": _source_volume(mount),
+                "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+            }
         )
     return vols
 
 
-def store_mounts(dep: TritonLLMDeployment, *, read_only: bool) -> list[dict[str, Any]]:
+def _source_volume(mount: str) -> str:
+    return SOURCE_VOLUME if mount == naming.SOURCE_MOUNT else TOKENIZER_SOURCE_VOLUME
+
+
+def store_mounts(
+    dep: TritonLLMDeployment, *, read_only: bool, writable: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The store at /store; with `writable` (directories under /store), the store read-only
+    and only those directories writable, each mounted over its own place (subPath), so a Job
+    cannot change what another deployment or engine keeps there."""
     mounts: list[dict[str, Any]] = [
-        {"name": STORE_VOLUME, "mountPath": c.STORE_MOUNT, "readOnly": read_only}
+        {"name": STORE_VOLUME, "mountPath": c.STORE_MOUNT, "readOnly": read_only or bool(writable)}
     ]
-    if naming.source_claim(dep):
-        mounts.append({"name": SOURCE_VOLUME, "mountPath": naming.SOURCE_MOUNT, "readOnly": True})
+    prefix = c.STORE_MOUNT + "/"
+    for path in sorted(set(writable)):
+        if not path.startswith(prefix):
+            raise ValueError(f"{path} is not on the store ({c.STORE_MOUNT})")
+        mounts.append({"name": STORE_VOLUME, "mountPath": path,
+                       "subPath": path.removeprefix(prefix)})
+    for mount in naming.source_claims(dep).values():
+        mounts.append({"name": _source_volume(mount), "mountPath": mount, "readOnly": True})
     return mounts
 
 

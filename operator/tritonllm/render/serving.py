@@ -315,6 +315,48 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     }
 
 
+def network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+    """Ingress to the serving pods: the serving ports from the namespace and the configured
+    sources; multi-node, every port between the deployment's own serving pods (sshd, and the
+    ports MPI and NCCL pick at run time), which share one SSH key pair."""
+    np = dep.spec.networkPolicy
+    if not np.enabled:
+        return None
+    sources: list[dict[str, Any]] = [{"podSelector": {}}]
+    if np.fromNamespaces:
+        sources.append(
+            {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": list(np.fromNamespaces),
+                        }
+                    ]
+                }
+            }
+        )
+    sources += [{"ipBlock": {"cidr": cidr}} for cidr in np.fromCidrs]
+    ports = [
+        {"protocol": "TCP", "port": port}
+        for port in (c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT)
+    ]
+    ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}]
+    if dep.spec.topology.multi_node:
+        ingress.append({"from": [{"podSelector": {"matchLabels": naming.selector_labels(dep)}}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _serving_metadata(dep),
+        "spec": {
+            "podSelector": {"matchLabels": naming.selector_labels(dep)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
 def pod_disruption_budget(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     """At most one serving pod voluntarily evicted at a time (only meaningful with > 1)."""
     many = dep.spec.autoscaling is not None or dep.spec.serving.replicas > 1

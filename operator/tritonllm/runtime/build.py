@@ -36,6 +36,7 @@ from .common import (
     check_free_space,
     digest,
     dir_size,
+    engine_checksums,
     engine_mapping,
     gpu_product,
     load_plan,
@@ -48,6 +49,7 @@ from .common import (
     run_main,
     same_version,
     trtllm_version,
+    verify_engine_files,
     version_check_skipped,
     visible_gpus,
     write_json_atomic,
@@ -55,7 +57,7 @@ from .common import (
 
 ARTIFACT = "artifact.json"
 STATE_DIR = ".tritonllm"
-ARTIFACT_SCHEMA = 1
+ARTIFACT_SCHEMA = 2  # 2: `files`, the sha256 and size of every engine file
 # Model-directory files that must exist for a local (pvc://) source to count as present.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -113,6 +115,7 @@ class Builder:
                 f"{self.engine_dir / ARTIFACT} belongs to engine {artifact.get('engineKey')!r}, "
                 f"not {self.key!r}: the store holds a foreign engine at this path; remove it",
             )
+        verify_engine_files(self.engine_dir, artifact)
         log("build", "cached", key=self.key, engine=str(self.engine_dir),
             trtllmVersion=artifact.get("trtllmVersion"))
         return True
@@ -307,6 +310,7 @@ class Builder:
             "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
             "steps": self.records,
+            "files": engine_checksums(self.engine_dir),
         }
         write_json_atomic(self.engine_dir / ARTIFACT, artifact)
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,

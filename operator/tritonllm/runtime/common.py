@@ -427,15 +427,87 @@ def engine_mapping(engine_dir: Path) -> EngineMapping:
     )
 
 
+# Not part of the engine: the record of it, and the build's own step markers.
+ENGINE_UNHASHED = ("artifact.json", ".tritonllm")
+HASH_CHUNK = 8 << 20
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def engine_file_paths(engine_dir: Path) -> list[str]:
+    """Every file of an engine directory (relative, sorted), artifact.json and the build's
+    state directory left out. A symbolic link counts as a file (its target is hashed)."""
+    out: list[str] = []
+    for root, dirs, files in os.walk(engine_dir):
+        rel = Path(root).relative_to(engine_dir)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d not in ENGINE_UNHASHED]
+            files = [f for f in files if f not in ENGINE_UNHASHED]
+        out += [str(rel / f) if rel != Path(".") else f for f in files]
+    return sorted(out)
+
+
+def engine_checksums(engine_dir: Path) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every engine file, as artifact.json records them."""
+    return {
+        name: {"sha256": file_sha256(engine_dir / name), "size": (engine_dir / name).stat().st_size}
+        for name in engine_file_paths(engine_dir)
+    }
+
+
+def verify_engine_files(engine_dir: Path, artifact: dict[str, Any]) -> None:
+    """Refuse an engine whose files are not exactly those the build recorded in artifact.json:
+    one missing, added, of another size or with another sha256 (sizes first, then hashes)."""
+    recorded = artifact.get("files")
+    fix = (
+        f"delete the TritonLLMEngine {artifact.get('engineKey')} (kubectl delete tllme) and "
+        f"the directory {engine_dir}, so that the operator builds it again"
+    )
+    if not isinstance(recorded, dict) or not recorded:
+        raise Failure(
+            EXIT_MISMATCH,
+            f"{engine_dir}/artifact.json records no checksums of the engine files (built by an "
+            f"older tritonllm), so the engine cannot be verified: {fix}",
+        )
+    present = set(engine_file_paths(engine_dir))
+    problems = [f"{n} missing" for n in sorted(set(recorded) - present)]
+    problems += [f"{n} not written by the build" for n in sorted(present - set(recorded))]
+    if not problems:
+        for name in sorted(recorded):
+            want = recorded[name] if isinstance(recorded[name], dict) else {}
+            path = engine_dir / name
+            if path.stat().st_size != want.get("size"):
+                problems.append(f"{name} has {path.stat().st_size} bytes, not {want.get('size')}")
+        for name in sorted(recorded) if not problems else ():
+            if file_sha256(engine_dir / name) != recorded[name].get("sha256"):
+                problems.append(f"{name} has another sha256 than the build recorded")
+    if problems:
+        raise Failure(
+            EXIT_MISMATCH,
+            f"the engine in {engine_dir} was changed after its build ("
+            + "; ".join(problems[:5])
+            + (f"; {len(problems) - 5} more" if len(problems) > 5 else "")
+            + f"): refusing to serve it; {fix}",
+        )
+
+
 def check_engine(
-    engine_dir: Path, topology: Topology, *, version: str | None, subject: str, against: str
+    engine_dir: Path, topology: Topology, *, version: str | None, subject: str, against: str,
+    verify_files: bool = False,
 ) -> dict[str, Any]:
     """The one engine check, made by the repository Job and by every serving pod: the engine's
     artifact.json exists (the build finished), its tp and pp are the topology's, the engine's own
     config.json agrees with it (nothing changed it since), and, unless `version` is None or the
     check is skipped, it was built by TensorRT-LLM `version`. The messages name who expects
     what: `subject` the topology ("repository", "deployment"), `against` the version ("this
-    repository is for", "this image has"). Returns the artifact."""
+    repository is for", "this image has"). With `verify_files`, every engine file must also
+    match its sha256 in artifact.json (verify_engine_files). Returns the artifact."""
     artifact = read_json(engine_dir / "artifact.json")
     if artifact is None:
         raise Failure(
@@ -466,4 +538,6 @@ def check_engine(
             f"{version}: an engine only loads under the version that built it (serve with the "
             "build's image, or let the operator rebuild for this one)",
         )
+    if verify_files:
+        verify_engine_files(engine_dir, artifact)
     return artifact

@@ -148,6 +148,7 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
         version=image,
         subject="deployment",
         against="this image has",
+        verify_files=True,
     )
     check_gpu_product(artifact)
     log("launch", "engine", key=plan["engineKey"], tp=topology.tensor, pp=topology.pipeline,
@@ -183,7 +184,9 @@ def prepare_leader(plan: dict[str, Any], topology: Topology) -> None:
     hosts = ssh.worker_hosts(os.environ, topology.pods_per_group)
     ssh.prepare_client(Path(cfg["keyDir"]), workdir)
     log("launch", "waiting", what="workers", hosts=hosts, port=port)
-    addresses = ssh.wait_for_workers(hosts, port, wait_seconds())
+    # Every worker must accept a real login with mpirun's own SSH command before mpirun runs.
+    check = ssh.LoginCheck(str(cfg["agent"]).split())
+    addresses = ssh.wait_for_workers(hosts, port, wait_seconds(), check=check)
     ssh.write_hostfile(workdir, [socket.gethostname(), *addresses], topology.ranks_per_node)
 
 

@@ -12,7 +12,8 @@ the namespace. Here mpirun uses plain OpenSSH instead, scoped to one deployment:
   directory: public-key login only, for that one user, with the deployment's client key (marked
   `restrict`: no forwarding, no pty), no passwords, no forwarding of any kind.
 - The leader pins the workers' host key (from the Secret), so it only talks to this deployment's
-  workers, waits until every worker's sshd answers with an SSH banner, writes the group's
+  workers, waits (bounded) until every worker accepts a real login (`ssh ... true` with
+  mpirun's own SSH command, not just a banner), writes the group's
   hostfile (`leader slots=N`, then the workers) and runs the rendered mpirun command, which reads
   that hostfile and uses OpenSSH with these files as `plm_rsh_agent` (tritonllm.triton.launch
   builds it; the paths are fixed). Tree spawn is off, so only the leader ever opens SSH
@@ -36,6 +37,7 @@ import os
 import pwd
 import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -189,10 +191,36 @@ def prepare_sshd(port: int, key_dir: Path, workdir: Path) -> list[str]:
     config = workdir / "sshd_config"
     config.write_text(sshd_config(port=port, workdir=workdir, user=user, env=os.environ))
     if os.geteuid() == 0:
+        missing = [name for bit, name in PRIVSEP_CAPABILITIES if not has_capability(bit)]
+        if missing:
+            raise Failure(
+                EXIT_INVALID,
+                "sshd cannot start as root in this pod: its privilege separation needs the "
+                f"capabilities {', '.join(missing)}, and the rendered pods drop all of them. "
+                "Run the multi-node pods as the image's non-root user (spec.podTemplate."
+                "runAsUser: 1000, NGC Triton's triton-server): sshd then runs as that user on "
+                f"port {port}, with no privilege separation to set up",
+            )
         # Root sshd chroots its privilege-separated child into /run/sshd (made by init scripts,
         # which do not run in containers).
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
     return [sshd, "-D", "-e", "-f", str(config)]
+
+
+# What root sshd's privilege separation does: chroot to /run/sshd, then setgid/setuid to the
+# `sshd` user (capability bit, name).
+PRIVSEP_CAPABILITIES = ((18, "SYS_CHROOT"), (7, "SETUID"), (6, "SETGID"))
+
+
+def has_capability(bit: int, status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process holds a capability (its effective set)."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> bit & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 # --- leader: hosts and the remote-shell agent --------------------------------------------------
@@ -240,6 +268,48 @@ def probe(host: str, port: int, timeout: float = 3.0) -> str | None:
     return None
 
 
+# A login is given this long (ssh's own ConnectTimeout is shorter).
+LOGIN_SECONDS = 20.0
+
+
+def login(agent: Sequence[str], address: str) -> str | None:
+    """Log in to `address` with mpirun's own SSH command and run `true`: None when that works,
+    else what ssh said. The banner alone does not show that the key, the user and sshd's
+    session setup work, which is what mpirun needs."""
+    argv = [*agent, "-o", "ConnectTimeout=10", address, "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=LOGIN_SECONDS,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return f"ssh did not finish within {int(LOGIN_SECONDS)}s"
+    except OSError as exc:
+        return f"ssh could not run: {exc}"
+    if done.returncode == 0:
+        return None
+    said = " ".join((done.stderr or done.stdout).split())[-300:]
+    return f"ssh exited {done.returncode}: {said or 'no message'}"
+
+
+class LoginCheck:
+    """`wait_for_workers`' check: the banner (probe), then a real login; keeps each host's last
+    problem for the message when the wait runs out."""
+
+    def __init__(self, agent: Sequence[str]) -> None:
+        self.agent = list(agent)
+        self.problems: dict[str, str] = {}
+
+    def __call__(self, host: str, port: int) -> str | None:
+        address = probe(host, port)
+        if address is None:
+            self.problems[host] = "no SSH banner"
+            return None
+        problem = login(self.agent, address)
+        if problem is not None:
+            self.problems[host] = f"login failed: {problem}"
+            return None
+        return address
+
+
 def wait_for_workers(
     hosts: list[str],
     port: int,
@@ -248,11 +318,13 @@ def wait_for_workers(
     check: Callable[[str, int], str | None] | None = None,
     interval: float = 1.0,
 ) -> list[str]:
-    """Wait until every worker's sshd answers; returns their addresses in `hosts` order.
+    """Wait until `check` passes for every worker (at most `timeout` seconds); returns their
+    addresses in `hosts` order.
 
-    `check` defaults to `probe` (looked up at call time).
+    `check` defaults to `probe` (looked up at call time); the leader passes a LoginCheck.
     """
     check = check or probe
+    problems: Mapping[str, str] = getattr(check, "problems", {})
     found: dict[str, str] = {}
     start = time.monotonic()
     last_report = start
@@ -270,9 +342,12 @@ def wait_for_workers(
         if now - start >= timeout:
             raise Failure(
                 EXIT_TIMEOUT,
-                f"worker sshd not reachable after {int(timeout)}s: "
-                f"{', '.join(f'{h}:{port}' for h in pending)} (check those pods' logs and any "
-                "NetworkPolicy between the group's pods)",
+                f"no SSH login to the workers after {int(timeout)}s: "
+                + "; ".join(
+                    f"{h}:{port}" + (f" ({problems[h]})" if h in problems else "")
+                    for h in pending
+                )
+                + " (check those pods' logs and any NetworkPolicy between the group's pods)",
             )
         if now - last_report >= 10:
             log("launch", "waiting", what="workers", pending=pending,
