@@ -244,7 +244,7 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
     run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
              "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
              "--set", "replicaCount=1", "--set", f"settings.namespaces={{{namespace}}}",
-             "--set", "rbac.userRoles=false", "--skip-crds")
+             "--set", "rbac.userRoles=false", "--set", "crds.install=false")
     sa = f"system:serviceaccount:{namespace}:{release}-tritonllm"
 
     def can(verb: str, res: str, ns: str | None = namespace) -> bool:
