@@ -628,3 +628,17 @@ def test_root_worker_without_capabilities_is_refused_naming_run_as_user(
     assert proc.returncode == common.EXIT_INVALID, out
     assert "sshd cannot start as root in this pod" in out
     assert "SYS_CHROOT, SETUID, SETGID" in out and "spec.podTemplate.runAsUser: 1000" in out
+
+
+def test_engine_files_hash_in_parallel_to_the_same_digests(tmp_path: Path) -> None:
+    import hashlib
+
+    from tritonllm.runtime.common import files_sha256
+
+    paths = []
+    for rank in range(5):
+        p = tmp_path / f"rank{rank}.engine"
+        p.write_bytes(bytes([rank]) * (3 << 20 | rank))
+        paths.append(p)
+    assert files_sha256(paths) == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
+    assert files_sha256(paths[:1]) == [hashlib.sha256(paths[0].read_bytes()).hexdigest()]
