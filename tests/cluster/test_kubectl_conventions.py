@@ -63,7 +63,7 @@ def test_get_columns_names_categories_wait_and_defaults(
     with run_operator(cluster, namespace, tmp_path):
         cluster.apply([obj])
         wait = cluster.kubectl("wait", "tllm/gpt2-medium", "-n", namespace,
-                               "--for=condition=Available", "--timeout=180s", timeout=200)
+                               "--for=condition=Ready", "--timeout=180s", timeout=200)
         assert "condition met" in wait.stdout
         cluster.kubectl("wait", "tllm/gpt2-medium", "-n", namespace,
                         "--for=jsonpath={.status.reason}=Ready", "--timeout=60s", timeout=80)
