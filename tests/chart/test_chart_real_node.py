@@ -97,7 +97,7 @@ def reconciles(ip: str) -> float:
 
 def _operator_pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l",
-                                "app.kubernetes.io/instance=tllm")["items"]
+                                "app.kubernetes.io/instance=tllm,app.kubernetes.io/component=operator")["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
@@ -136,6 +136,12 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
         assert install.returncode == 0, install.stderr + _diagnose(cluster, ns)
         listed = json.loads(_helm(helm_bin, "list", *kube, "-o", "json").stdout)
         assert [(r["name"], r["chart"]) for r in listed] == [("tllm", f"tritonllm-{CHART_VERSION}")]
+
+        # `helm test`: the chart's hook pod runs on the real node (the operator's placement) and
+        # reaches the operator's metrics through the Service's DNS name.
+        hook = _helm(helm_bin, "test", "tllm", *kube, "--timeout", "180s", "--logs")
+        assert hook.returncode == 0 and "the operator answers" in hook.stdout, (
+            hook.stdout + hook.stderr + _diagnose(cluster, ns))
 
         pods = _operator_pods(cluster, ns)
         assert len(pods) == 2
