@@ -87,6 +87,13 @@ INVALID: list[Invalid] = [
         says="straddle",
     ),
     Invalid(
+        "multi-node-as-root",
+        cr({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}, "gpu": {"perNode": 8},
+            "podTemplate": {"runAsUser": 0}}),
+        "podTemplate.runAsUser",
+        says="cannot run as root",
+    ),
+    Invalid(
         "unknown-quantization",
         cr({"engine": {"quantization": {"format": "int3_magic"}}}),
         "engine.quantization.format",

@@ -29,7 +29,11 @@ from tritonllm.cluster.testing import fresh_namespace
 
 
 def _cluster_tests_selected(session: pytest.Session) -> bool:
-    return any(item.get_closest_marker("cluster") for item in session.items)
+    # gitops tests run the argocd binary, built with the cluster's binaries
+    return any(
+        item.get_closest_marker("cluster") or item.get_closest_marker("gitops")
+        for item in session.items
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

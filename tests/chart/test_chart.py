@@ -20,7 +20,7 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_ready,
 )
-from tritonllm.cli.crd import crd_texts
+from tritonllm.cli.crd import chart_crd_texts
 from tritonllm.cluster.build import ensure_all
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.versions import HELM, KUBERNETES
@@ -58,8 +58,8 @@ def test_chart_lints(helm: str) -> None:
 
 @pytest.mark.chart
 def test_chart_crds_are_the_generated_ones() -> None:
-    for name, text in crd_texts().items():
-        assert (CHART / "crds" / name).read_text() == text
+    for name, text in chart_crd_texts().items():
+        assert (CHART / "templates" / "crds" / name).read_text() == text
 
 
 @pytest.mark.chart
@@ -108,7 +108,8 @@ def test_template_refuses_replicas_without_peering(helm: str) -> None:
 def test_install_into_the_local_cluster(helm: str, cluster: LocalCluster, namespace: str) -> None:
     run_helm(helm, "install", "tllm", str(CHART), "--namespace", namespace,
              "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
-             "--set", "replicaCount=1", "--skip-crds", "--wait", "--timeout", "120s")
+             "--set", "replicaCount=1", "--set", "crds.install=false", "--wait",
+             "--timeout", "120s")
     dep = cluster.kubectl_json("get", "deployment", "tllm-tritonllm", "-n", namespace)
     assert dep["status"].get("readyReplicas") == 1  # simulated by kwok
     run_helm(helm, "uninstall", "tllm", "--namespace", namespace,
@@ -122,7 +123,7 @@ def test_chart_rbac_is_enough_to_reconcile(helm: str, cluster: LocalCluster, nam
     release = f"rbac-{namespace[-6:]}"
     run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
              "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
-             "--set", "replicaCount=1", "--skip-crds")
+             "--set", "replicaCount=1", "--set", "crds.install=false")
     try:
         sa = f"{release}-tritonllm"
         token = cluster.kubectl("create", "token", sa, "-n", namespace,
@@ -243,7 +244,7 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
     run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
              "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
              "--set", "replicaCount=1", "--set", f"settings.namespaces={{{namespace}}}",
-             "--set", "rbac.userRoles=false", "--skip-crds")
+             "--set", "rbac.userRoles=false", "--set", "crds.install=false")
     sa = f"system:serviceaccount:{namespace}:{release}-tritonllm"
 
     def can(verb: str, res: str, ns: str | None = namespace) -> bool:

@@ -43,6 +43,8 @@ pytestmark = [pytest.mark.chart, pytest.mark.cluster]
 
 CHART = ROOT / "charts" / "tritonllm"
 CHART_REPO = f"oci://{REGISTRY_ADDR}/tritonllm/charts"
+#: The chart version `helm package` stamps (Chart.yaml).
+CHART_VERSION = str(yaml.safe_load((CHART / "Chart.yaml").read_text())["version"])
 METRICS_PORT = 9090
 # Inside the operator container (its image has python3, no procps): who it runs as, what the
 # kernel lets it do, and whether / is writable.
@@ -95,7 +97,7 @@ def reconciles(ip: str) -> float:
 
 def _operator_pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
     pods = cluster.kubectl_json("get", "pods", "-n", ns, "-l",
-                                "app.kubernetes.io/instance=tllm")["items"]
+                                "app.kubernetes.io/instance=tllm,app.kubernetes.io/component=operator")["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
@@ -127,12 +129,19 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
     kube = ("--kubeconfig", str(cluster.kubeconfig), "--namespace", ns)
-    install = _helm(helm_bin, "install", "tllm", chart, "--version", "0.1.0", "--plain-http",
-                    *kube, "-f", str(path), "--skip-crds", "--wait", "--timeout", "240s")
+    install = _helm(helm_bin, "install", "tllm", chart, "--version", CHART_VERSION,
+                    "--plain-http", *kube, "-f", str(path), "--set", "crds.install=false",
+                    "--wait", "--timeout", "240s")
     try:
         assert install.returncode == 0, install.stderr + _diagnose(cluster, ns)
         listed = json.loads(_helm(helm_bin, "list", *kube, "-o", "json").stdout)
-        assert [(r["name"], r["chart"]) for r in listed] == [("tllm", "tritonllm-0.1.0")]
+        assert [(r["name"], r["chart"]) for r in listed] == [("tllm", f"tritonllm-{CHART_VERSION}")]
+
+        # `helm test`: the chart's hook pod runs on the real node (the operator's placement) and
+        # reaches the operator's metrics through the Service's DNS name.
+        hook = _helm(helm_bin, "test", "tllm", *kube, "--timeout", "180s", "--logs")
+        assert hook.returncode == 0 and "the operator answers" in hook.stdout, (
+            hook.stdout + hook.stderr + _diagnose(cluster, ns))
 
         pods = _operator_pods(cluster, ns)
         assert len(pods) == 2

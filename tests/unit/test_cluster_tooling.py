@@ -134,6 +134,7 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         "registry",
         "local-path",
         "pause",  # the real node
+        "argocd",  # the GitOps tier
     }
     assert main(["--list"]) == 0
     with pytest.raises(SystemExit):

@@ -8,7 +8,7 @@ import yaml
 
 from tests.cases import ROOT
 from tritonllm.api.crdgen import crd
-from tritonllm.cli.crd import FILENAME, crd_text, crd_texts
+from tritonllm.cli.crd import FILENAME, chart_crd_texts, crd_text, crd_texts
 
 CRD_PATH = ROOT / "crds" / FILENAME
 
@@ -100,9 +100,18 @@ def test_every_committed_crd_is_current() -> None:
         assert (ROOT / "crds" / name).read_text() == text, f"crds/{name} is stale"
 
 
-def test_chart_ships_the_same_crds() -> None:
+def test_chart_ships_the_same_crds_as_templates() -> None:
     for name, text in crd_texts().items():
-        assert (ROOT / "charts" / "tritonllm" / "crds" / name).read_text() == text, name
+        template = (ROOT / "charts" / "tritonllm" / "templates" / "crds" / name).read_text()
+        assert template == chart_crd_texts()[name], name
+        # the same object between the `if crds.install` lines, plus the keep annotations
+        body = yaml.safe_load("\n".join(template.splitlines()[2:-1]))
+        annotations = body["metadata"].pop("annotations")
+        assert annotations["helm.sh/resource-policy"] == "keep"
+        assert "Delete=false" in annotations["argocd.argoproj.io/sync-options"]
+        plain = yaml.safe_load(text)
+        plain["metadata"].pop("annotations", None)
+        assert body == plain, name
 
 
 def test_api_reference_is_current() -> None:

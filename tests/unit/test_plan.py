@@ -174,6 +174,36 @@ def test_build_then_repository_then_serving_then_ready() -> None:
     assert ("Normal", "Serving") in [(t, r) for t, r, _ in p.events]
 
 
+def test_ready_sums_up_the_rollout_and_posts_no_event_of_its_own() -> None:
+    w = World()
+    p = w.step()
+    assert (w.cond(c.COND_READY)["status"], w.cond(c.COND_READY)["reason"]) == ("False", "Building")
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    w.step()
+    assert w.cond(c.COND_READY)["reason"] == "RollingOut"
+    w.make_ready()
+    p = w.step()
+    ready = w.cond(c.COND_READY)
+    assert (ready["status"], ready["reason"]) == ("True", "Deployed")
+    assert ready["message"] == w.cond(c.COND_PROGRESSING)["message"]
+    assert "Deployed" in [r for _, r, _ in p.events]  # from Progressing, once
+    assert [r for _, r, _ in p.events].count("Deployed") == 1
+    assert [x["type"] for x in w.body["status"]["conditions"]][-1] == c.COND_READY
+
+
+def test_ready_is_false_with_the_reason_of_degraded() -> None:
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"], ok=False)
+    w.step()
+    degraded, ready = w.cond(c.COND_DEGRADED), w.cond(c.COND_READY)
+    assert (degraded["status"], degraded["reason"]) == ("True", "BuildFailed")
+    assert (ready["status"], ready["reason"]) == ("False", "BuildFailed")
+    assert ready["message"] == degraded["message"]
+
+
 def test_steady_state_writes_nothing() -> None:
     w = World()
     w.bring_up()

@@ -88,12 +88,16 @@ COND_REPOSITORY_READY: Final = "RepositoryReady"
 COND_AVAILABLE: Final = "Available"
 COND_PROGRESSING: Final = "Progressing"
 COND_DEGRADED: Final = "Degraded"
+# The summary (kstatus, `kubectl wait --for=condition=Ready`): True when every replica runs the
+# current engine and settings and nothing is degraded.
+COND_READY: Final = "Ready"
 CONDITION_TYPES: Final = (
     COND_ENGINE_READY,
     COND_REPOSITORY_READY,
     COND_AVAILABLE,
     COND_PROGRESSING,
     COND_DEGRADED,
+    COND_READY,
 )
 
 # --- the engine cache record (a second, operator-written kind) ------------------------------

@@ -54,6 +54,11 @@ RETRYING_BUILD: Final = "RetryingBuild"
 DEPLOYED: Final = "Deployed"
 """False: done; every replica runs the current engine and settings."""
 
+# --- Ready (the summary) ---------------------------------------------------------------------
+# True: Deployed. False: the reason of Degraded when it is True, else the reason of Progressing.
+RECONCILING: Final = "Reconciling"
+"""Unknown: the operator has not summed the deployment up yet."""
+
 # --- Degraded -------------------------------------------------------------------------------
 AS_EXPECTED: Final = "AsExpected"
 """False: nothing needs a human."""

@@ -673,6 +673,20 @@ class TritonLLMDeploymentSpec(ApiModel):
             field="engine.parallelism.tensor",
         ),
         Rule(
+            cel="self.runtime != 'engine' || self.engine.parallelism.tensor * "
+            "self.engine.parallelism.pipeline <= self.gpu.perNode || "
+            "self.podTemplate.runAsUser != 0",
+            message="a multi-node deployment cannot run as root (podTemplate.runAsUser 0): its "
+            "sshd would need SYS_CHROOT, SETUID and SETGID, which the pods drop; use a non-root "
+            "uid such as 1000",
+            check=lambda s: (
+                s.runtime != "engine"
+                or s.engine.parallelism.world_size <= s.gpu.perNode
+                or s.podTemplate.runAsUser != 0
+            ),
+            field="podTemplate.runAsUser",
+        ),
+        Rule(
             cel="self.runtime != 'llmapi' || self.engine.quantization.format == 'none'",
             message="runtime llmapi loads checkpoints as they are: engine.quantization.format "
             "must be none (use a pre-quantized checkpoint, or runtime engine)",

@@ -11,6 +11,11 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   version ldflags are stamped (kwok, helm and kopf read ``/version``).
 - etcd: the same trick (its server module has replace directives too), with a smaller wrapper.
 - kwok, LeaderWorkerSet and helm have clean go.mod files: plain ``go install pkg@version``.
+- Argo CD: its go.mod replaces its gitops-engine with a local directory (published on its own as
+  ``github.com/argoproj/argo-cd/gitops-engine/v3``), so it is built in a wrapper module that
+  copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm.cluster.versions`).
+  Its web UI is embedded from ``ui/dist/app``, which the module ships as an empty placeholder:
+  the binary serves no UI, which the tests never use.
 - The real node: kubelet and kube-proxy join the Kubernetes wrapper build; containerd (its
   ``containerd``, ``containerd-shim-runc-v2`` and ``ctr``, with kind's build tags), CoreDNS, the
   distribution registry and local-path-provisioner are plain ``go install``; the pause binary is
@@ -43,6 +48,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tritonllm.cluster.versions import (
+    ARGOCD,
+    ARGOCD_CRD_FILES,
+    ARGOCD_GO_TOOLCHAIN,
+    ARGOCD_SCRIPTS,
     COMPONENTS,
     CONTAINERD,
     COREDNS,
@@ -177,7 +186,14 @@ def _lock(component: Component) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _module_info(module: str, *, cwd: Path, log: Path, progress: Progress) -> dict[str, str]:
+def _module_info(
+    module: str,
+    *,
+    cwd: Path,
+    log: Path,
+    progress: Progress,
+    env: dict[str, str] | None = None,
+) -> dict[str, str]:
     """``go mod download -json module@version`` (needs a go.mod in ``cwd``)."""
     out = _run(
         [_go(), "mod", "download", "-json", module],
@@ -185,6 +201,7 @@ def _module_info(module: str, *, cwd: Path, log: Path, progress: Progress) -> di
         log=log,
         progress=progress,
         cwd=cwd,
+        env=env,
     )
     info: dict[str, str] = json.loads(out[out.index("{") :])
     if info.get("Error"):
@@ -438,6 +455,93 @@ def _build_runc(component: Component, log: Path, progress: Progress) -> None:
     _go_install(component, package, log, progress, ldflags=ldflags, tags=tags, cgo=True)
 
 
+def module_replaces(gomod: str) -> list[str]:
+    """The replace directives of a go.mod (``old [v] => new v``), less those into its own tree
+    (``=> ./dir``), which a module that requires it cannot follow."""
+    replaces: list[str] = []
+    in_block = False
+    for line in gomod.splitlines():
+        text = line.split("//")[0].strip()
+        if text == "replace (":
+            in_block = True
+            continue
+        if in_block and text == ")":
+            in_block = False
+            continue
+        body = text.removeprefix("replace ").strip() if text.startswith("replace ") else text
+        is_replace = in_block or text.startswith("replace ")
+        if is_replace and "=>" in body and not body.split("=>")[1].strip().startswith("."):
+            replaces.append(body)
+    return replaces
+
+
+def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    module = "github.com/argoproj/argo-cd/v3"
+    src = cache_root() / "src" / component.key
+    src.mkdir(parents=True, exist_ok=True)
+    env = go_env()
+    env.update(GOTOOLCHAIN=ARGOCD_GO_TOOLCHAIN, GOFLAGS="-mod=mod")
+    header = "module local.test/argocdbin\n\ngo 1.27.0\n"
+    (src / "go.mod").write_text(header)
+    (src / "go.sum").unlink(missing_ok=True)
+    info = _module_info(
+        f"{module}@{component.version}", cwd=src, log=log, progress=progress, env=env
+    )
+    replaces = module_replaces(Path(info["GoMod"]).read_text())
+    if not replaces:
+        raise BuildError(f"no replace directives found in {module}@{component.version} go.mod")
+    block = "\n".join(f"\t{r}" for r in replaces)
+    (src / "go.mod").write_text(
+        f"{header}\nrequire {module} {component.version}\n\nreplace (\n{block}\n)\n"
+    )
+    if "argocd" in missing:
+        progress(f"  argocd {component.version}: resolving modules ({ARGOCD_GO_TOOLCHAIN})")
+        _run(
+            [_go(), "get", f"{module}/cmd@{component.version}"],
+            label="go get (argocd)",
+            log=log,
+            progress=progress,
+            cwd=src,
+            env=env,
+        )
+        pkg = f"{module}/common"
+        ldflags = (
+            f"-s -w -X {pkg}.version={component.version.removeprefix('v')}"
+            f" -X {pkg}.buildDate={_info_time(info)} -X {pkg}.gitTreeState=clean"
+        )
+        with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+            progress(f"  argocd {component.version}: go build {module}/cmd")
+            _run(
+                [
+                    _go(),
+                    "build",
+                    "-v",
+                    "-trimpath",
+                    f"-ldflags={ldflags}",
+                    "-o",
+                    f"{tmp}/argocd",
+                    f"{module}/cmd",
+                ],
+                label=f"go build argocd {component.version}",
+                log=log,
+                progress=progress,
+                cwd=src,
+                env=env,
+            )
+            _install_outputs(component, Path(tmp))
+    component.bindir.mkdir(parents=True, exist_ok=True)
+    for name in (f for f in ARGOCD_CRD_FILES if f in missing):
+        dest = component.path(name)
+        shutil.copyfile(Path(info["Dir"]) / "manifests" / "crds" / name, dest.with_suffix(".tmp"))
+        os.replace(dest.with_suffix(".tmp"), dest)
+    for name in (f for f in ARGOCD_SCRIPTS if f in missing):
+        dest = component.path(name)
+        partial = dest.with_name(name + ".tmp")
+        shutil.copyfile(Path(info["Dir"]) / "hack" / name, partial)
+        partial.chmod(0o755)
+        os.replace(partial, dest)
+
+
 def build_component(component: Component, progress: Progress = _stderr) -> bool:
     """Build ``component`` if anything of it is missing; return True when it built something."""
     if not component.missing():
@@ -480,6 +584,8 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
                 raise BuildError(f"local-path-provisioner binary missing in {component.bindir}")
         elif component is PAUSE:
             _build_pause(component, log, progress)
+        elif component is ARGOCD:
+            _build_argocd(component, missing, log, progress)
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"no recipe for {component.key}")
         still = component.missing()

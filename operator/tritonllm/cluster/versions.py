@@ -11,6 +11,14 @@ Why these versions (Go 1.26 on the build machine):
 - LeaderWorkerSet v0.9.0: newest release the module proxy serves (v0.10.0's zip is refused).
 - helm v3.22.0: newest v3 release; its go.mod asks for Go 1.26.0.
 
+GitOps (the Argo CD tier; built like the rest, not part of the cluster itself):
+- Argo CD v3.6.1: newest release. Its go.mod asks for Go 1.27.0, so this one build runs under
+  the Go toolchain ``ARGOCD_GO_TOOLCHAIN``, which the go command fetches from the module proxy
+  (``golang.org/toolchain``) and caches in the module cache. One ``argocd`` binary is every Argo
+  CD process, chosen by its name (argv[0]): the cluster runs it as application controller and
+  repo server. Its Application and AppProject CRDs are copied from the module's manifests.
+- Redis is Debian's ``redis-server`` (Argo CD's cache), not built here.
+
 The real node (kubelet and kube-proxy come from the Kubernetes build above):
 - containerd v2.4.2: newest 2.x on the module proxy; Debian's 1.6 is end of life and lacks the
   CRI ``RuntimeConfig`` call that kubelet 1.37 will require.
@@ -41,6 +49,15 @@ REGISTRY_VERSION = "v3.1.2"
 LOCAL_PATH_VERSION = "v0.0.30"
 PAUSE_VERSION = "3.10.2"
 RUNC_VERSION = "v1.5.2"
+ARGOCD_VERSION = "v3.6.1"
+#: Argo CD v3.6's go.mod needs Go >= 1.27.0; newest 1.27 patch on the module proxy.
+ARGOCD_GO_TOOLCHAIN = "go1.27.4"
+
+#: Argo CD's CRDs (``manifests/crds/`` of its module) that the GitOps tier installs.
+ARGOCD_CRD_FILES = ("application-crd.yaml", "appproject-crd.yaml")
+#: Scripts of its module's ``hack/`` that Argo CD's image puts on PATH and the repo server runs
+#: (the commit signature check, run for every revision even with GnuPG off).
+ARGOCD_SCRIPTS = ("git-verify-wrapper.sh",)
 
 #: CRD files (``config/crd/bases/`` of the LWS module) that the cluster installs. The controller
 #: also watches DisaggregatedSets, so that CRD must exist too or its manager fails to start.
@@ -113,9 +130,14 @@ REGISTRY = Component("registry", REGISTRY_VERSION, ("registry",))
 LOCAL_PATH = Component("local-path", LOCAL_PATH_VERSION, ("local-path-provisioner",))
 PAUSE = Component("pause", PAUSE_VERSION, ("pause",))
 RUNC = Component("runc", RUNC_VERSION, ("runc",))
+ARGOCD = Component(
+    "argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES + ARGOCD_SCRIPTS
+)
 
 #: What the control plane needs (kwok nodes only).
 CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
 #: What a real node adds (container runtime, DNS, registry, storage, the sandbox image).
 REAL_NODE: tuple[Component, ...] = (CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
-COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE
+#: What the GitOps tier adds (Argo CD's processes run on the host against the cluster).
+GITOPS: tuple[Component, ...] = (ARGOCD,)
+COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE + GITOPS

@@ -163,6 +163,7 @@ def finish(
             for x in old_conds
             if x["type"] not in decided
         ]
+    conds = [x for x in conds if x.type != c.COND_READY] + [ready_condition(conds)]
     merged, flips = merge_conditions(old_conds, conds, generation=generation, now=rfc3339(obs.now))
     order = {t: i for i, t in enumerate(c.CONDITION_TYPES)}
     merged.sort(key=lambda x: order.get(x["type"], 99))
@@ -180,10 +181,27 @@ def finish(
     return p
 
 
+def ready_condition(conds: list[Cond]) -> Cond:
+    """Ready sums the others up: True once the rollout is done (Progressing False, Deployed) and
+    nothing is degraded; otherwise False with the reason and message of what stands in the way
+    (Degraded first, then Progressing)."""
+    by_type = {x.type: x for x in conds}
+    degraded, progressing = by_type.get(c.COND_DEGRADED), by_type.get(c.COND_PROGRESSING)
+    if degraded is not None and degraded.status == "True":
+        return Cond(c.COND_READY, "False", degraded.reason, degraded.message)
+    if progressing is None:
+        return Cond(c.COND_READY, "Unknown", r.RECONCILING, "not reconciled yet")
+    if progressing.status == "True" or progressing.reason != r.DEPLOYED:
+        return Cond(c.COND_READY, "False", progressing.reason, progressing.message)
+    return Cond(c.COND_READY, "True", r.DEPLOYED, progressing.message)
+
+
 def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str]]:
     """(type, reason, message) of the Event for each flip; the first "not yet" is not news."""
     events = []
     for cond, prev in flips:
+        if cond.type == c.COND_READY:  # a summary: the condition that flipped with it is the news
+            continue
         if prev is None and cond.status != "True":
             continue
         bad = (cond.type == c.COND_DEGRADED and cond.status == "True") or (
