@@ -15,3 +15,21 @@ def test_no_handler_puts_a_finalizer_on_every_object() -> None:
     assert any(h.fn is operator.resync for h in spawning)
     assert not any(h.requires_finalizer for h in spawning)
     assert not any(h.requires_finalizer for h in registry._changing.get_all_handlers())
+
+
+def test_kopf_builds_no_diff_base_because_nothing_reads_it() -> None:
+    """kopf would deep-copy every watched object's body on every event to diff it for change
+    handlers and idle daemons; the operator registers neither, so its storage keeps nothing."""
+    registry = kopf.get_default_registry()
+    assert registry._changing.get_all_handlers() == []
+    # The one spawning handler is the schedule's daemon, which never idles (only timers do).
+    assert [h.fn for h in registry._spawning.get_all_handlers()] == [operator.resync]
+    body = kopf.Body({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "repo", "namespace": "ns", "labels": {"a": "b"},
+                     "annotations": {"c": "d"}},
+        "data": {"config.pbtxt": "x" * 100_000},
+    })
+    storage = operator.NoDiffBase()
+    assert storage.build(body=body) == {}
+    assert storage.fetch(body=body) is None
