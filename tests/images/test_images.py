@@ -248,8 +248,22 @@ class Pod:
             path.chmod(0o777)
             self.volumes[vol["name"]] = path
 
+    def source(self, mount: dict[str, Any]) -> Path:
+        """The host directory of a volumeMount; a missing subPath is created as the kubelet
+        does, with the volume root's mode (so a mount over a read-only parent has its place)."""
+        path = self.volumes[mount["name"]]
+        if not mount.get("subPath"):
+            return path
+        mode = path.stat().st_mode & 0o7777
+        for part in Path(mount["subPath"]).parts:
+            path = path / part
+            if not path.exists():
+                path.mkdir()
+                path.chmod(mode)
+        return path
+
     def argv(self, container: dict[str, Any], name: str) -> list[str]:
-        mounts = [f"{self.volumes[m['name']]}:{m['mountPath']}{':ro' if m.get('readOnly') else ''}"
+        mounts = [f"{self.source(m)}:{m['mountPath']}{':ro' if m.get('readOnly') else ''}"
                   for m in container.get("volumeMounts", []) if m["name"] in self.volumes]
         env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
         uid = (container.get("securityContext") or {}).get("runAsUser")

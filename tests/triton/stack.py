@@ -51,6 +51,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
 from tritonllm.render import render_all
+from tritonllm.runtime.build import ARTIFACT_SCHEMA
+from tritonllm.runtime.common import engine_checksums
 from tritonllm.runtime.pyz import build_pyz
 from tritonllm.triton.launch import TRITONSERVER, LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import render_repository
@@ -335,12 +337,14 @@ def write_fake_engine(plan: dict[str, Any], engine: Path) -> Path:
     """What `tritonllm build` leaves for launch's checks; no engine (the stand-in needs none)."""
     engine.mkdir(parents=True, exist_ok=True)
     tp, pp = int(plan["tensorParallel"]), int(plan["pipelineParallel"])
-    artifact = {"schema": 1, "engineKey": plan["engineKey"], "trtllmVersion": plan["trtllmVersion"],
-                "tensorParallel": tp, "pipelineParallel": pp, "worldSize": tp * pp}
-    (engine / "artifact.json").write_text(json.dumps(artifact))
     config = {"version": plan["trtllmVersion"],
               "pretrained_config": {"mapping": {"tp_size": tp, "pp_size": pp}}}
     (engine / "config.json").write_text(json.dumps(config))
+    artifact = {"schema": ARTIFACT_SCHEMA, "engineKey": plan["engineKey"],
+                "trtllmVersion": plan["trtllmVersion"], "tensorParallel": tp,
+                "pipelineParallel": pp, "worldSize": tp * pp,
+                "files": engine_checksums(engine)}  # what launch verifies before serving
+    (engine / "artifact.json").write_text(json.dumps(artifact))
     return engine
 
 

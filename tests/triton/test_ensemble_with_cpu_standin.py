@@ -223,10 +223,13 @@ def test_metrics_port_serves_prometheus_text(plain: Server) -> None:
     assert 'nv_inference_request_success{model="ensemble",version="1"}' in text
 
 
-@pytest.mark.parametrize("version", ["0.9.0", "0.13.0", "0.19.0"])
-def test_older_templates_with_cpu_standin(serve: Any, version: str) -> None:
-    """Older contracts (dims [-1], log probs through postprocessing) load and answer too."""
-    server = serve(f"v{version}", example(EXAMPLE, trtllmVersion=version))
+@pytest.mark.parametrize(("version", "tag"), [("0.9.0", "24.05"), ("0.13.0", "24.09"),
+                                              ("0.19.0", "25.05")])
+def test_older_templates_with_cpu_standin(serve: Any, version: str, tag: str) -> None:
+    """Older contracts (dims [-1], log probs through postprocessing) load and answer too (the
+    NGC image of that TensorRT-LLM version: the operator refuses a tag that contradicts it)."""
+    image = f"nvcr.io/nvidia/tritonserver:{tag}-trtllm-python-py3"
+    server = serve(f"v{version}", example(EXAMPLE, image=image, trtllmVersion=version))
     _, body = post(server, "/v2/models/ensemble/generate",
                    {"text_input": PROMPT, "max_tokens": 4, "bad_words": "", "stop_words": ""})
     out = json.loads(body)

@@ -242,13 +242,7 @@ class ArgoCD:
         for path in crds:
             args += ["-f", path]
         self.cluster.kubectl(*args)
-        self.cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/applications.argoproj.io",
-            "crd/appprojects.argoproj.io",
-        )
+        self.cluster.wait_established("applications.argoproj.io", "appprojects.argoproj.io")
         self.cluster.apply(settings_objects(self.argocd_cm))
 
     def stop(self) -> list[int]:

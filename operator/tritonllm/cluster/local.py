@@ -750,6 +750,25 @@ class LocalCluster:
         self.crd_errors = errors
         return errors
 
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Wait until each named CRD is Established. (`kubectl wait --for=condition=...` fails at
+        once on a CRD whose status has no conditions yet, right after it is created.)"""
+        deadline = time.monotonic() + timeout
+        pending = list(crds)
+        while pending:
+            out = self.kubectl("get", "crd", *pending, "-o", "json", check=False)
+            items = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
+            established = {
+                i["metadata"]["name"] for i in items
+                if any(cond.get("type") == "Established" and cond.get("status") == "True"
+                       for cond in (i.get("status") or {}).get("conditions") or [])
+            }
+            pending = [name for name in pending if name not in established]
+            if pending and time.monotonic() > deadline:
+                raise ClusterError(f"CRDs not Established within {timeout:.0f}s: {pending}")
+            if pending:
+                time.sleep(0.3)
+
     def _wait_crds_established(self, deadline: float) -> None:
         remaining = max(1, int(deadline - time.monotonic()))
         self.kubectl(
