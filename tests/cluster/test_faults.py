@@ -295,8 +295,15 @@ def test_two_replicas_the_survivor_takes_over_a_build(
         cluster.apply([small("tr", namespace, podTemplate=SLOW_BUILD)])
         wait_for(lambda: build_jobs(cluster, namespace), timeout=60, what="the build Job")
         status = "TritonLLMDeployment/status"
-        acting = [op for op in (a, b)
-                  if op.metric("tritonllm_api_calls_total", verb="apply", kind=status) > 0]
+
+        def actors() -> list[Any]:
+            return [op for op in (a, b)
+                    if op.metric("tritonllm_api_calls_total", verb="apply", kind=status) > 0]
+
+        # The status write follows the Job's creation in the same pass, not always at once.
+        wait_for(actors, timeout=30, what="a replica's status write")
+        time.sleep(2)  # a second acting replica would have written by now too
+        acting = actors()
         assert len(acting) == 1, "exactly one replica acts"
         survivor = b if acting[0] is a else a
         start = time.monotonic()

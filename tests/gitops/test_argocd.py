@@ -54,6 +54,10 @@ def make_repo(root: Path) -> Path:
     shutil.copytree(ROOT / "charts" / "tritonllm", repo / "charts" / "tritonllm")
     model = load_example(EXAMPLE, "unused")
     del model["metadata"]["namespace"]  # the Application's destination decides
+    # The simulated build "runs" 25 s (kwok's delay), so Argo CD's refreshes see it Building.
+    template = model["spec"].setdefault("podTemplate", {})
+    template["annotations"] = {**template.get("annotations", {}),
+                               "pod-complete.stage.kwok.x-k8s.io/delay": "25s"}
     (repo / "models").mkdir()
     (repo / "models" / f"{EXAMPLE}.yaml").write_text(yaml.safe_dump(model, sort_keys=False))
     broken = load_example(EXAMPLE, "unused")
