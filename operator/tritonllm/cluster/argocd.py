@@ -255,17 +255,8 @@ class ArgoCD:
         return left
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        log = self.workdir / f"{name}.log"
-        with log.open("wb") as fh:
-            self.procs[name] = subprocess.Popen(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self.workdir,
-                env={**os.environ, **env},
-            )
+        self.procs[name] = procs.spawn(argv, self.workdir / f"{name}.log", cwd=self.workdir,
+                                       env=env)
 
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():

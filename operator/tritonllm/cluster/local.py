@@ -103,18 +103,6 @@ def default_crd_dirs() -> list[Path]:
     return [checkout] if checkout.is_dir() else []
 
 
-def _listen_free(port: int) -> bool:
-    """Nothing listens on `port` (connections of the last listener in TIME_WAIT do not count:
-    the API server binds with SO_REUSEADDR too)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -501,7 +489,7 @@ class LocalCluster:
         # A killed process's listening socket closes a moment after it is gone.
         port = {"kube-apiserver": ports.apiserver}.get(component)
         deadline = time.monotonic() + 15
-        while port and not _listen_free(port) and time.monotonic() < deadline:
+        while port and not procs.listen_free(port) and time.monotonic() < deadline:
             time.sleep(0.1)
         self._processes = processes
         self._spawn(component, proc.argv, processes)
@@ -542,18 +530,9 @@ class LocalCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         log = self.logs_dir / f"{name}.log"
-        with log.open("wb") as fh:  # each start is a fresh cluster: fresh logs too
-            fh.write(f"==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode())
-            fh.flush()
-            child = subprocess.Popen(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=self._run_dir,
-                env={**os.environ, **(env or {})},
-            )
+        # each start is a fresh cluster: fresh logs too
+        header = f"==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode()
+        child = procs.spawn(argv, log, cwd=self._run_dir, env=env, header=header)
         self._children[child.pid] = child
         processes[name] = ProcessState(name, child.pid, argv, str(log))
         ports, _ = self._load_state()

@@ -11,6 +11,8 @@ import contextlib
 import ipaddress
 import os
 import signal
+import socket
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -171,3 +173,34 @@ def terminate(pids: Iterable[int], timeout: float = 15.0) -> list[int]:
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
     return [p for p in pids if alive(p)]
+
+
+def listen_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:`port` (connections of a stopped listener in TIME_WAIT do
+    not count: the cluster's servers bind with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def spawn(argv: list[str], log: Path, *, cwd: Path, env: dict[str, str] | None = None,
+          header: bytes = b"") -> subprocess.Popen[bytes]:
+    """Start a long-running process in its own session, stdout and stderr into `log` (written
+    fresh, after `header`), stdin closed, the environment extended with `env`."""
+    with log.open("wb") as fh:
+        if header:
+            fh.write(header)
+            fh.flush()
+        return subprocess.Popen(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+        )

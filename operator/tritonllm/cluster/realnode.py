@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from tritonllm.cluster import host, node
+from tritonllm.cluster import host, node, procs
 from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, NodePaths
 from tritonllm.cluster.versions import KUBERNETES, REAL_NODE, cache_root
 
@@ -107,7 +107,7 @@ class RealNode:
                 f"(`tritonllm cluster down --name {other}`) or start with --no-real-node"
             )
         for port, what in ((int(REGISTRY_ADDR.rsplit(":", 1)[1]), "registry"),):
-            if not _port_free(port) and not _registry_ok():
+            if not procs.listen_free(port) and not _registry_ok():
                 raise NodeError(
                     f"port {port} ({what}, {REGISTRY_ADDR}) is in use by another program; free it "
                     "or set TRITONLLM_REGISTRY=127.0.0.1:<port>"
@@ -290,19 +290,6 @@ def _healthy(url: str) -> bool:
 
 def _registry_ok() -> bool:
     return _healthy(f"http://{REGISTRY_ADDR}/v2/")
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # Connections of a stopped registry linger in TIME_WAIT; only a listener blocks it.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def wait_until(probe: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
