@@ -26,6 +26,7 @@ from typing import Any
 # Dev tooling: where the local-cluster package is left out (the operator image), importing this
 # module fails and `tritonllm` does not offer the verb (tritonllm.cli.main skips it).
 import tritonllm.cluster  # noqa: F401
+from tritonllm.cluster import preflight
 
 NAMESPACE = "tritonllm-demo"
 REAL_NAMESPACE = "tritonllm-demo-real"
@@ -113,6 +114,15 @@ def run(args: argparse.Namespace) -> int:
     # Room for every example at once (the 70B one alone takes two 8-GPU nodes).
     real_example = Path(args.examples) / "cpu-standin.yaml"
     real_node = args.real_node and real_example.is_file()
+    # Before any build: what this machine lacks, named with its fix (scripts/demo has already
+    # installed what Debian ships; a direct `tritonllm demo` is only checked).
+    tiers = preflight.DEMO_TIERS if real_node else ("base",)
+    try:
+        preflight.ensure(tiers, install=False)
+    except preflight.SetupError as exc:
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        return 1
     cluster = LocalCluster(name=args.cluster, nodes=DEMO_NODES, real_node=real_node)
     print(f"== local cluster '{args.cluster}' (binaries are built and cached on first use)")
     kubeconfig = cluster.up()

@@ -3,12 +3,17 @@
 Each verb lives in its own module with an ``add_parser(subparsers)`` function that registers its
 arguments and sets ``func``; ``main`` only dispatches. Exit codes: 0 success, 1 runtime failure,
 2 invalid input (bad CR, bad flags).
+
+An error the command does not expect to handle (a failed build, a cluster that does not come up,
+a timeout) prints one ``error:`` line and exits 1; ``--debug`` anywhere on the command line (or
+``TRITONLLM_DEBUG=1``) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,8 +56,21 @@ def _left_out(verb: str, module: str) -> int:
     return 2
 
 
+def _failed(verb: str, exc: Exception) -> int:
+    """One line for an error, no traceback (``--debug`` shows it)."""
+    text = str(exc).strip() or type(exc).__name__
+    first, *rest = text.splitlines()
+    print(f"error: tritonllm {verb}: {first}", file=sys.stderr)
+    for line in rest[:20]:
+        print(f"  {line}", file=sys.stderr)
+    print("  (run with --debug for the traceback)", file=sys.stderr)
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list or os.environ.get("TRITONLLM_DEBUG", "") not in ("", "0")
+    args_list = [a for a in args_list if a != "--debug"]
     # Import only the requested verb when it is known: keeps in-pod start-up light.
     verbs = [args_list[0]] if args_list and args_list[0] in VERBS else None
     if verbs:
@@ -69,7 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # a verb that imports the left-out part when it runs
         if exc.name and exc.name.startswith("tritonllm.cluster"):
             return _left_out(args.verb, exc.name)
-        raise
+        if debug:
+            raise
+        return _failed(args.verb, exc)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        return _failed(args.verb, exc)
     return result
 
 
