@@ -8,9 +8,9 @@ import base64
 import datetime as dt
 import json
 import logging
-import time
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 

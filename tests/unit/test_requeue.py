@@ -25,9 +25,9 @@ from tritonllm.handlers.reconciler import (
     Reconciler,
     error_backoff_seconds,
 )
+from tritonllm.handlers.schedule import Schedule
 from tritonllm.k8s.client import KubeError
 from tritonllm.plan.deletion import FINALIZER
-from tritonllm.handlers.schedule import Schedule
 from tritonllm.plan.engine import MIN_REQUEUE_SECONDS, backoff_seconds
 from tritonllm.plan.status import PROGRESS_REQUEUE_SECONDS
 from tritonllm.render import naming, render_all
@@ -243,7 +243,7 @@ def test_a_pass_failing_for_the_2000th_time_still_schedules_the_next() -> None:
 
     async def main() -> None:
         r = Reconciler(kube, settings, kube.cache(), clock=lambda: T0)
-        r._failures[("default", "demo")] = 1999  # noqa: SLF001 - a long outage already
+        r._failures[("default", "demo")] = 1999  # a long outage already
         r.request("default", "demo")
         await r.wait_idle()
         assert r.next_reconcile_in("default", "demo") == pytest.approx(MAX_ERROR_REQUEUE_SECONDS)
