@@ -92,7 +92,8 @@ def verify_engine(engine_dir: Path, artifact: dict[str, Any], artifact_digest: s
     started = time.monotonic()
     recorded = artifact.get("files")
     names = sorted(recorded) if isinstance(recorded, dict) else []
-    size = sum(int(v.get("size") or 0) for v in (recorded or {}).values() if isinstance(v, dict))
+    size = sum(v["size"] for v in (recorded or {}).values()
+               if isinstance(v, dict) and isinstance(v.get("size"), int))
     earlier, why = _earlier(engine_dir, artifact, artifact_digest)
     if earlier:
         return Verified(len(names), size, time.monotonic() - started, artifact_digest,
@@ -115,7 +116,7 @@ def _earlier(engine_dir: Path, artifact: dict[str, Any], artifact_digest: str) -
     """(the marker of this digest holds for every file?, why not / when it was written)."""
     try:
         marker = read_json(marker_path(engine_dir, artifact_digest))
-    except Failure:
+    except (Failure, OSError):
         return False, "its verification marker is unreadable"
     if marker is None:
         return False, "no earlier verification of this artifact.json"
