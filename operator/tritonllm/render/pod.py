@@ -241,6 +241,12 @@ def gpu_resources(dep: TritonLLMDeployment, gpus: int) -> dict[str, Any]:
     }
 
 
+# No pod the operator renders calls the Kubernetes API (the in-pod code is the standard library,
+# and the multi-node group uses SSH, not pods/exec): none gets a ServiceAccount token, so code
+# running in a pod (a model's Python, a compromised tokenizer) cannot act as its ServiceAccount.
+NO_API_TOKEN: dict[str, Any] = {"automountServiceAccountToken": False}
+
+
 def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
     """Fields every GPU pod of a deployment shares."""
     pt = dep.spec.podTemplate
@@ -248,6 +254,7 @@ def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
         "securityContext": pod_security(dep),
         "tolerations": tolerations(dep),
         "enableServiceLinks": False,
+        **NO_API_TOKEN,
     }
     aff = affinity(dep)
     if aff:
