@@ -36,6 +36,7 @@ from .pod import (
     env,
     gpu_resources,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_spec_common,
     scratch_mount,
@@ -184,8 +185,8 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
                 "metadata": {
                     "labels": pod_labels(dep, labels),
                     **(
-                        {"annotations": dict(dep.spec.podTemplate.annotations)}
-                        if dep.spec.podTemplate.annotations
+                        {"annotations": pod_annotations(dep)}
+                        if pod_annotations(dep)
                         else {}
                     ),
                 },

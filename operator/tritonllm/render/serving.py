@@ -31,6 +31,7 @@ from .pod import (
     env,
     gpu_resources,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_spec_common,
     scratch_mount,
@@ -155,12 +156,11 @@ def _pod_template(
         c.LABEL_ENGINE_KEY: key,
         c.LABEL_REPO_KEY: repo_key,
     }
-    annotations = {
-        **dep.spec.podTemplate.annotations,
+    annotations = pod_annotations(dep, {
         "prometheus.io/scrape": "true" if role != "worker" else "false",
         "prometheus.io/port": str(c.METRICS_PORT),
         "prometheus.io/path": "/metrics",
-    }
+    })
     return {
         "metadata": {"labels": pod_labels(dep, labels), "annotations": annotations},
         "spec": {
