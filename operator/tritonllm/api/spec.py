@@ -529,9 +529,10 @@ class NetworkPolicySpec(ApiModel):
     network plugin enforces NetworkPolicy)."""
 
     enabled: bool = True
-    """Render a NetworkPolicy: the serving ports (HTTP, gRPC, metrics) are reachable from pods
-    of the deployment's namespace and from the sources below only; multi-node, sshd and MPI
-    traffic is allowed only between the serving pods of this deployment. Set false when
+    """Render a NetworkPolicy over every serving pod (multi-node: the leaders and the
+    workers): the serving ports (HTTP, gRPC, metrics) are reachable from pods of the
+    deployment's namespace and from the sources below only; multi-node, every other port (sshd,
+    MPI, NCCL) is open only between the deployment's own leader and worker pods. Set false when
     another tool manages the namespace's policies."""
     fromNamespaces: list[DnsLabel] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
     """Other namespaces whose pods may reach the serving ports (an ingress gateway's,
