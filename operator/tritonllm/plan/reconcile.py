@@ -34,7 +34,7 @@ from .gc import collect_garbage
 from .observed import Obj, Observed, unschedulable_message
 from .ownership import conflict_message, conflicts, is_ours
 from .prerequisites import prerequisites_step
-from .repository import repository_step
+from .repository import recorded, repository_step, written
 from .serving import available, serving_step
 from .status import (
     BLOCKED_REQUEUE_SECONDS,
@@ -72,7 +72,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None)
     # 4. the repository
     repo = repository_step(
-        p, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None
+        p, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None,
+        was_written=recorded(body, dep, rendered),
     )
     # 5. serving, and what no longer belongs
     workload = serving_step(
@@ -98,6 +99,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     ]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
+    if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
+        fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)
 
 
