@@ -8,8 +8,7 @@ from tests.cases import cr
 from tests.helpers import container
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.render import RenderOptions, render_all
-from tritonllm.render import naming
+from tritonllm.render import RenderOptions, naming, render_all
 from tritonllm.render.naming import engine_key
 
 APPLY_ORDER = [

@@ -222,12 +222,14 @@ def source_dir(
     """
     if source.startswith("hf://"):
         org, name = source.removeprefix("hf://").split("/", 1)
+        # The revision is the one segment a user may choose freely ("refs/pr/1" is one).
+        _plain(revision, field.removesuffix(".source") + ".revision")
         where = f"{_safe(org)}/{_safe(name)}/{_safe(revision)}"
         dkey = download_key(dep, source, revision)
         return _plain(f"{c.STORE_MOUNT}/models/hf/{where}/{dkey}", field)
     claim, path = source.removeprefix("pvc://").split("/", 1)
     root = c.STORE_MOUNT if claim == dep.spec.storage.claimName else source_claims(dep)[claim]
-    return _plain(f"{root}/{path.strip('/')}", field)
+    return _plain(f"{root}/{_plain(path.removesuffix('/'), field)}", field)
 
 
 def weights_dir(dep: TritonLLMDeployment) -> str:
