@@ -386,7 +386,9 @@ def test_retention_delete_forgets_unused_engines_and_never_blocks(
     # node in tests/cluster/test_real_flow.py).
     job = cluster.kubectl_json("get", "job", f"tritonllm-clean-{key}", "-n", namespace)
     (ctr,) = job["spec"]["template"]["spec"]["containers"]
-    assert ctr["command"][:3] == ["rm", "-rf", "--"] and f"/store/engines/{key}" in ctr["command"]
+    # A shell that checks the key, then `rm -rf -- /store/engines/$key /store/checkpoints/$key`.
+    assert ctr["command"][:2] == ["sh", "-c"] and ctr["command"][-1] == key
+    assert 'rm -rf -- "/store/engines/$key"' in ctr["command"][2]
     assert not job["metadata"].get("ownerReferences")
 
 
