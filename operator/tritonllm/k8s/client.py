@@ -210,16 +210,24 @@ class Kube:
     # --- reads (the rest comes from the watches: tritonllm.handlers.cache) -------------------
 
     async def list(
-        self, api_version: str, kind: str, namespace: str, *, labels: Mapping[str, str]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        *,
+        labels: Mapping[str, str],
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """The objects of a kind in a namespace with these labels."""
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        """The objects of a kind in a namespace with these labels (and field values)."""
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))]
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
         out = await self._call(
             "list",
             kind,
             "GET",
             path_for(api_version, kind, namespace),
-            query=[("labelSelector", selector)],
+            query=query,
         )
         items: list[dict[str, Any]] = out.get("items", [])
         return items
