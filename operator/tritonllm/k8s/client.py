@@ -38,6 +38,7 @@ API_CALLS = Counter(
 WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
 DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
+PEERING_API_VERSION = "kopf.dev/v1"  # kopf's peering objects (tritonllm.k8s.peering)
 
 
 class Slots:
@@ -92,6 +93,8 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): Resource("networkpolicies"),
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),
+    (PEERING_API_VERSION, "KopfPeering"): Resource("kopfpeerings"),
+    (PEERING_API_VERSION, "ClusterKopfPeering"): Resource("clusterkopfpeerings", namespaced=False),
 }
 
 
