@@ -51,6 +51,7 @@ def test_build_pod_on_an_unbound_claim_is_named_then_clears(
         cond = next(x for x in obj["status"]["conditions"] if x["type"] == "EngineReady")
         job = obj["status"]["engine"]["buildJob"]
         message = cond["message"]
+        print(f"EngineReady={cond['status']} {cond['reason']}: {message}")
         assert message.startswith(f"Job {job} cannot start its build pod: pod {job}-"), message
         assert "unbound immediate PersistentVolumeClaims" in message, message
         assert f"claim {CLAIM} (spec.storage.claimName) is not bound" in message, message
@@ -84,6 +85,7 @@ def test_build_pod_refused_by_a_quota_is_degraded(
               f"{time.monotonic() - start:.1f} s")
     degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
     job = obj["status"]["engine"]["buildJob"]
+    print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
     assert degraded["message"].startswith(f"Job {job} cannot create its build pod: "), degraded
     assert "exceeded quota: no-pods" in degraded["message"], degraded
     assert "raise the namespace's ResourceQuota" in degraded["message"], degraded

@@ -58,6 +58,7 @@ def test_operator_without_standalone_creates_its_peering_and_acts(
             wait_for(lambda: sorted([state(a), state(b)]) == [(0.0, "paused"), (1.0, "acting")],
                      timeout=40, interval=1.0, what="one replica acts, the other is paused")
             assert a.proc.poll() is None and b.proc.poll() is None
+            print(f"/healthz: a {a.health()}, b {b.health()}")
 
 
 def test_operator_that_may_not_create_its_peering_exits_with_one_line(
