@@ -205,7 +205,10 @@ def finish(
     wire = status.to_wire()
     if wire != old:
         p.status = wire
-    p.events += events_for(flips) + stall_events(old_conds, conds, flips)
+    events = events_for(flips)
+    events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
+               {x[1:] for x in events}]  # Degraded flipping with the same words said it
+    p.events += events
     return p
 
 
