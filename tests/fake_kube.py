@@ -30,6 +30,14 @@ class Call:
     name: str
 
 
+def _field(obj: Mapping[str, Any], path: str) -> Any:
+    """A field selector's value ("involvedObject.name")."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
 class FakeKube:
     def __init__(self, objects: Sequence[dict[str, Any]] = ()) -> None:
         self.objects: dict[Ref, dict[str, Any]] = {}
@@ -68,13 +76,24 @@ class FakeKube:
     # --- reads (pods only: the rest comes from the cache) --------------------------------------
 
     async def list(
-        self, api_version: str, kind: str, namespace: str, *, labels: Mapping[str, str]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        *,
+        labels: Mapping[str, str],
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         self._record("list", kind, "")
         out = []
         for (k, ns, _), obj in self.objects.items():
             have = obj["metadata"].get("labels") or {}
-            if k == kind and ns == namespace and all(have.get(a) == b for a, b in labels.items()):
+            if (
+                k == kind
+                and ns == namespace
+                and all(have.get(a) == b for a, b in labels.items())
+                and all(_field(obj, path) == want for path, want in (fields or {}).items())
+            ):
                 out.append(copy.deepcopy(obj))
         return out
 

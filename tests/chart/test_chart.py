@@ -175,7 +175,7 @@ OPERATOR_VERBS = {
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
     "secrets": {"get", "list", "watch", "create"},
     "pods": {"list"},
-    "events": {"create"},
+    "events": {"create", "list"},
 }
 
 

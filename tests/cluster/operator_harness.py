@@ -72,6 +72,13 @@ class Operator:
         except OSError:
             return False
 
+    def health(self) -> dict[str, Any]:
+        """/healthz's body: kopf's probes, ours says {"state": "acting" | "paused"} (kopf
+        recomputes it at most every 10 s)."""
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return dict(json.loads(r.read()))
+
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
 

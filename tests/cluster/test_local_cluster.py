@@ -207,3 +207,29 @@ def test_cli_up_down_is_fast_and_leaves_nothing(cluster: LocalCluster) -> None:
     assert _cli("status", "--name", name).returncode == 1
     print(f"warm `tritonllm cluster up`: {elapsed:.1f}s")
     assert elapsed < WARM_START_LIMIT_S, f"warm start took {elapsed:.1f}s"
+
+
+def test_default_storage_class_only_with_the_real_node_and_prebound_claims_still_bind(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """local-path is the default class where it can provision (the real node's cluster); a
+    kwok-only cluster has no provisioner and no default. Either way the simulated scenarios'
+    pre-bound claims (storageClassName "") bind to their volume, as before."""
+    from tests.cluster.operator_harness import store_objects
+
+    classes = cluster.kubectl_json("get", "storageclass")["items"]
+    defaults = [sc["metadata"]["name"] for sc in classes
+                if (sc["metadata"].get("annotations") or {}).get(
+                    "storageclass.kubernetes.io/is-default-class") == "true"]
+    assert defaults == (["local-path"] if cluster.real_node else [])
+    volume, claim = store_objects(namespace, claim="prebound")
+    volume["metadata"]["name"] = f"{namespace}-prebound"
+    cluster.apply([volume, claim])
+    try:
+        wait_for(lambda: _get(cluster, namespace, "pvc", "prebound")["status"]["phase"] == "Bound",
+                 timeout=60, what="the pre-bound claim binds")
+        bound = _get(cluster, namespace, "pvc", "prebound")
+        assert bound["spec"]["storageClassName"] == ""
+        assert bound["spec"]["volumeName"] == volume["metadata"]["name"]
+    finally:
+        cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)

@@ -189,6 +189,37 @@ def test_pvc_from_local_path_is_written_then_read_by_next_pod(
     assert str(cluster.state_dir) in pv["spec"]["hostPath"]["path"]
 
 
+def test_plain_pvc_gets_the_default_class_and_binds_on_the_real_node(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """A newcomer's claim names no class: the API server gives it local-path (the default), and
+    a pod using it (tolerating the real node's taint, as every pod meant to run here does, and
+    not pinned to it) is placed on the real node and binds it (WaitForFirstConsumer)."""
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "plain"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "16Mi"}}},
+    }
+    cluster.apply([pvc], namespace=namespace)
+    claim = cluster.kubectl_json("get", "pvc", "plain", "-n", namespace)
+    assert claim["spec"]["storageClassName"] == STORAGE_CLASS  # filled in at admission
+    assert claim["status"]["phase"] == "Pending"  # waits for its first consumer
+    user = real_pod("user", ["sh", "-c", "echo bound > /data/f && cat /data/f"],
+                    container={"volumeMounts": [{"name": "d", "mountPath": "/data"}]},
+                    volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "plain"}}])
+    del user["spec"]["nodeSelector"]  # the class's allowedTopologies place it
+    cluster.apply([user], namespace=namespace)
+    wait_phase(cluster, namespace, "user", "Succeeded", timeout=180)
+    assert logs(cluster, namespace, "user").strip() == "bound"
+    assert cluster.kubectl_json("get", "pod", "user", "-n", namespace)["spec"]["nodeName"] \
+        == NODE_NAME
+    claim = cluster.kubectl_json("get", "pvc", "plain", "-n", namespace)
+    assert claim["status"]["phase"] == "Bound"
+    pv = cluster.kubectl_json("get", "pv", claim["spec"]["volumeName"])
+    assert pv["spec"]["storageClassName"] == STORAGE_CLASS
+
+
 def test_gpu_requesting_pod_lands_on_real_node_and_runs(
     cluster: LocalCluster, namespace: str
 ) -> None:

@@ -152,9 +152,13 @@ def test_child_events_that_change_nothing_the_planner_reads_need_no_reconcile() 
            "status": {"active": 1}}
     assert cache.changed("Job", job)  # first sight
     busier = {**job, "metadata": {**job["metadata"], "resourceVersion": "2"},
-              "status": {"active": 1, "ready": 1, "startTime": "2026-11-22T09:00:00Z"}}
-    assert not cache.changed("Job", busier)  # still running: the planner sees no difference
-    done = {**busier, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+              "status": {"active": 1, "ready": 0, "startTime": "2026-11-22T09:00:00Z"}}
+    assert not cache.changed("Job", busier)  # still pending: the planner sees no difference
+    # Its pod runs: the planner stops asking why it does not start (tritonllm.plan.stalls).
+    running = {**busier, "status": {**busier["status"], "ready": 1}}
+    assert cache.changed("Job", running)
+    assert not cache.changed("Job", {**running, "status": {**running["status"], "active": 1}})
+    done = {**running, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert cache.changed("Job", done)
     assert cache.changed("Job", done, deleted=True)
 

@@ -216,3 +216,19 @@ def test_non_root_cannot_start_a_real_node(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     with pytest.raises(host.HostError, match="needs root"):
         host.check_host()
+
+
+def test_local_path_is_the_default_class_and_provisions_only_on_the_real_node(
+    tmp_path: Path,
+) -> None:
+    """A PVC that names no class gets local-path (as in kind and minikube); its pod is placed on
+    the real node, the only one whose volumes local-path can make (docs/local-cluster.md)."""
+    from tritonllm.cluster import node
+
+    (sc,) = [o for o in node.local_path_objects(tmp_path) if o["kind"] == "StorageClass"]
+    assert sc["metadata"]["annotations"] == {
+        "storageclass.kubernetes.io/is-default-class": "true"}
+    assert sc["volumeBindingMode"] == "WaitForFirstConsumer"
+    assert sc["allowedTopologies"] == [{"matchLabelExpressions": [
+        {"key": "kubernetes.io/hostname", "values": [node.NODE_NAME]}]}]
+    assert node.local_path_config(tmp_path)["nodePathMap"][0]["node"] == node.NODE_NAME

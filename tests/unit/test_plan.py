@@ -69,6 +69,8 @@ class World:
             engine=engine,
             build_job=get("Job", naming.build_job_name(r.engine_key)),
             build_pods=self.obs.get("build_pods", []),
+            build_stall=self.obs.get("build_stall"),
+            repo_stall=self.obs.get("repo_stall"),
             repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
             workload=workload,
             live=live,

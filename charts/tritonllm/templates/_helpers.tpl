@@ -72,11 +72,12 @@ ClusterRole when it watches them all. */}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, list, watch, create]
-# Pods are not watched: listed when a Job failed or a rollout stalls.
+# Pods are not watched: listed when a Job failed, a Job has no running pod, or a rollout stalls.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+# Events: posted on condition flips; a Job with no pod is asked for its FailedCreate Events.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, list]
 {{- end -}}

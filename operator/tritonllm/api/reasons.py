@@ -23,6 +23,14 @@ BUILD_FAILED: Final = "BuildFailed"
 """False (and Degraded): the build Job failed; the message carries the log tail."""
 BLOCKED: Final = "Blocked"
 """Unknown: a prerequisite is missing (see Degraded), so nothing is built."""
+IMAGE_PULL_FAILED: Final = "ImagePullFailed"
+"""False: the build (or repository) Job's pod cannot pull its image (ErrImagePull,
+ImagePullBackOff, InvalidImageName); the kubelet's message and the fix are quoted. Also used by
+RepositoryReady; Unschedulable, QuotaExceeded and AdmissionRefused likewise name a Job's pod that
+does not start."""
+POD_NOT_STARTING: Final = "PodNotStarting"
+"""False: the build (or repository) Job's pod cannot start a container
+(CreateContainerConfigError, CreateContainerError: a missing Secret, ConfigMap or volume)."""
 
 # --- RepositoryReady ------------------------------------------------------------------------
 REPOSITORY_WRITTEN: Final = "RepositoryWritten"
@@ -48,7 +56,9 @@ WRITING_REPOSITORY: Final = "WritingRepository"
 ROLLING_OUT: Final = "RollingOut"
 """True: the workload is starting or rolling to the current engine and settings."""
 UNSCHEDULABLE: Final = "Unschedulable"
-"""True: rolling out, but the scheduler cannot place a serving pod (its message is quoted)."""
+"""True: rolling out, but the scheduler cannot place a serving pod (its message is quoted). Also
+EngineReady/RepositoryReady False (and Progressing True): the scheduler cannot place the build or
+repository Job's pod (no node with the GPU product, an unbound claim, a taint)."""
 RETRYING_BUILD: Final = "RetryingBuild"
 """True: a failed build will be retried after its backoff."""
 DEPLOYED: Final = "Deployed"
@@ -93,6 +103,11 @@ READY: Final = "Ready"
 """Deployed with at least one ready replica."""
 SCALED_TO_ZERO: Final = "ScaledToZero"
 """Deployed with zero replicas."""
+
+# Why a build or repository Job's pod does not start (tritonllm.plan.stalls): a reason change
+# into one of these posts a Warning Event even though the condition's status stays False.
+POD_STALLS: Final = (UNSCHEDULABLE, IMAGE_PULL_FAILED, POD_NOT_STARTING, QUOTA_EXCEEDED,
+                     ADMISSION_REFUSED)
 
 # Degraded=True reasons that block every step (Progressing=False with the same reason).
 PREREQUISITES: Final = (STORE_MISSING, SECRET_MISSING, NO_MATCHING_NODES)

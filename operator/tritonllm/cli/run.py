@@ -89,20 +89,49 @@ def run(args: argparse.Namespace) -> int:
         if settings.health_port
         else None
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            kopf.operator(
-                standalone=not settings.peering,
-                peering_name=settings.peering or None,
-                namespaces=settings.namespaces,
-                clusterwide=not settings.namespaces,
-                liveness_endpoint=liveness,
-                # Peers with equal priorities would all pause; a random one lets exactly one
-                # replica act, and the next takes over when its peering record expires.
-                priority=random.randint(1, 1_000_000),
-            )
+    async def main() -> None:
+        if settings.peering:
+            await _peering_ready(settings, args.kubeconfig)
+        await kopf.operator(
+            standalone=not settings.peering,
+            peering_name=settings.peering or None,
+            namespaces=settings.namespaces,
+            clusterwide=not settings.namespaces,
+            liveness_endpoint=liveness,
+            # Peers with equal priorities would all pause; a random one lets exactly one
+            # replica act, and the next takes over when its peering record expires.
+            priority=random.randint(1, 1_000_000),
         )
+
+    from tritonllm.k8s.peering import PeeringMissing
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(main())
+    except PeeringMissing as exc:
+        # One line, no traceback: the object, and the two ways out.
+        print(f"error: tritonllm run: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+async def _peering_ready(settings: OperatorSettings, kubeconfig: str | None) -> None:
+    """kopf keeps a replica paused until it reads its peering object: make sure it exists
+    (tritonllm.k8s.peering), before kopf starts, so that a missing one is never a silent stall."""
+    import logging
+
+    from tritonllm.k8s.client import Kube
+    from tritonllm.k8s.peering import ensure_peering
+
+    kube = Kube.from_kubeconfig(kubeconfig, concurrency=1, timeout=settings.api_timeout_seconds)
+    try:
+        created = await ensure_peering(kube, settings.peering, settings.namespaces)
+    finally:
+        await kube.close()
+    for what in created:
+        logging.getLogger("tritonllm.peering").info(
+            "created %s: kopf peering lets one replica act at a time (--standalone: none)", what
+        )
 
 
 if __name__ == "__main__":

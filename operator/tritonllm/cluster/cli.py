@@ -20,6 +20,7 @@ from tritonllm.cluster.node import (
     REGISTRY_ADDR,
     STANDIN_GPUS,
     STANDIN_PRODUCT,
+    STORAGE_CLASS,
     TAINT_KEY,
 )
 from tritonllm.cluster.versions import COMPONENTS
@@ -67,6 +68,9 @@ def _status(args: argparse.Namespace) -> int:
         print(f"real node  {NODE_NAME} (taint {TAINT_KEY}, {STANDIN_GPUS}x {STANDIN_PRODUCT})")
         print(f"registry   {REGISTRY_ADDR}")
         print(f"bridge     {BRIDGE} {GATEWAY_CIDR}")
+        print(f"storage    {STORAGE_CLASS}, the default StorageClass (volumes on {NODE_NAME})")
+    elif status.running:
+        print("storage    no default StorageClass (no real node): pre-bind PersistentVolumes")
     for comp in COMPONENTS:
         missing = comp.missing()
         state = "cached" if not missing else "missing: " + ", ".join(missing)

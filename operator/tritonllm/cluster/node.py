@@ -10,7 +10,7 @@ containerd + runc             CRI runtime; pods on the bridge through the CNI br
 kubelet                       registers node ``NODE_NAME`` (cgroupfs on hybrid cgroups)
 kube-proxy                    Services (iptables mode) for the real node's pods
 CoreDNS                       cluster DNS on the bridge gateway; answers cluster names only
-local-path-provisioner        dynamic PVCs (StorageClass ``local-path``) in the state directory
+local-path-provisioner        dynamic PVCs (StorageClass ``local-path``, the default) on disk
 forward                       the API server on the bridge gateway, for pods (kubernetes.default)
 ============================  =================================================================
 
@@ -56,6 +56,8 @@ HELPER_IMAGE = f"{REGISTRY_ADDR}/tritonllm/busybox:1.35"
 LOCAL_PATH_NAMESPACE = "local-path-storage"
 LOCAL_PATH_SA = "local-path-provisioner-service-account"
 STORAGE_CLASS = "local-path"
+#: Marks the cluster's default StorageClass (the one a PVC without storageClassName gets).
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 CLUSTER_DOMAIN = "cluster.local"
 
 
@@ -308,8 +310,14 @@ def local_path_config(volumes: Path) -> dict[str, Any]:
 def local_path_objects(volumes: Path) -> list[dict[str, Any]]:
     """Namespace, ServiceAccount, ConfigMap (scripts, helper pod) and the StorageClass.
 
-    The StorageClass is **not** the default one: PVCs of the simulated scenarios stay as they
-    were (kwok nodes cannot host a local volume); a PVC for the real node names ``local-path``.
+    The StorageClass is the cluster's default one, as in kind and minikube: a PVC that names no
+    class gets ``local-path`` (the DefaultStorageClass admission plugin fills it in) and binds
+    once a pod using it is scheduled (WaitForFirstConsumer). Its ``allowedTopologies`` hold only
+    the real node, the one node that can host a local volume: the scheduler places such a pod
+    there (it must tolerate the node's taint), never on a kwok node, whose volume could not be
+    provisioned. Claims that must not get it set ``storageClassName: ""`` (the simulated
+    scenarios' pre-bound claims do: tests/cluster/operator_harness.py, `tritonllm demo`). A
+    cluster without the real node has no provisioner, and so no default class.
     """
     ns = LOCAL_PATH_NAMESPACE
     helper = {
@@ -339,10 +347,13 @@ def local_path_objects(volumes: Path) -> list[dict[str, Any]]:
         {
             "apiVersion": "storage.k8s.io/v1",
             "kind": "StorageClass",
-            "metadata": {"name": STORAGE_CLASS},
+            "metadata": {"name": STORAGE_CLASS, "annotations": {DEFAULT_CLASS: "true"}},
             "provisioner": "rancher.io/local-path",
             "volumeBindingMode": "WaitForFirstConsumer",
             "reclaimPolicy": "Delete",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "kubernetes.io/hostname", "values": [NODE_NAME]}
+            ]}],
         },
     ]
 

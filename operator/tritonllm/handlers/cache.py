@@ -102,6 +102,8 @@ def project_job(obj: Mapping[str, Any]) -> Obj:
     status: Obj = {"conditions": conditions}
     if st.get("succeeded"):
         status["succeeded"] = st["succeeded"]
+    if st.get("ready"):  # a running pod: nothing to ask about why it does not start
+        status["ready"] = st["ready"]
     return {"metadata": _meta(obj, "labels"), "status": status}
 
 

@@ -15,6 +15,11 @@ from tritonllm.api import constants as c
 RECONCILES = Counter("tritonllm_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram("tritonllm_reconcile_duration_seconds", "Duration of a reconcile")
 BUILDS = Counter("tritonllm_engine_builds_total", "Finished engine builds", ["result"])
+ACTING = Gauge(
+    "tritonllm_operator_acting",
+    "1 while this replica reconciles; 0 while it is paused (kopf peering lets another replica "
+    "act) or has not started acting yet",
+)
 BY_CONDITION = Gauge(
     "tritonllm_deployments", "Deployments by condition and status", ["condition", "status"]
 )

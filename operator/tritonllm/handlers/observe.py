@@ -1,8 +1,10 @@
 """Read the world of one deployment: everything the planner's Observed holds.
 
 From the watch caches (tritonllm.handlers.cache), with no API request, except for pods, which are
-not watched: the pods of a failed Job (their termination messages say why) and the serving pods
-while a rollout is not done (the scheduler's complaint) are listed then, and only then.
+not watched: the pods of a failed Job (their termination messages say why), the serving pods
+while a rollout is not done (the scheduler's complaint), and the pods of a build or repository
+Job that has no running pod (why it does not start; with no pod at all, the Job's FailedCreate
+Events) are listed then, and only then, at most once per PodChecks.RECHECK_SECONDS each.
 """
 
 from __future__ import annotations
@@ -15,8 +17,15 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
-from tritonllm.plan.observed import Observed, job_failed, unschedulable_message
+from tritonllm.plan.observed import (
+    Observed,
+    job_failed,
+    job_finished,
+    job_running,
+    unschedulable_message,
+)
 from tritonllm.plan.ownership import conflict_message
+from tritonllm.plan.stalls import Stall, job_stall
 from tritonllm.render import Rendered, naming
 
 from .cache import Cache
@@ -57,8 +66,10 @@ async def observe(
         engine=engine,
         build_job=build_job,
         build_pods=await _failed_pods(kube, ns, build_job),
+        build_stall=await pods.job_stall(kube, ns, r.build_job.name, build_job),
         repo_job=repo_job,
         repo_pods=await _failed_pods(kube, ns, repo_job),
+        repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
         workload=workload,
         live=_live(cache, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
@@ -96,12 +107,41 @@ async def _failed_pods(kube: Kube, namespace: str, job: Obj | None) -> list[Obj]
 class PodChecks:
     """The scheduler's complaint about a deployment's serving pods, looked up at most once per
     RECHECK_SECONDS while its rollout is not done (every status change of a rolling workload
-    triggers a reconcile; the scheduler's verdict does not change that fast)."""
+    triggers a reconcile; the scheduler's verdict does not change that fast); and why a Job's
+    pod does not start, looked up at most once per JOB_RECHECK_SECONDS per Job while it has no
+    running pod (a Job shared by several deployments is looked up once for all)."""
 
     RECHECK_SECONDS = 15.0
+    JOB_RECHECK_SECONDS = 10.0
 
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], tuple[float, str | None]] = {}
+        self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
+
+    async def job_stall(
+        self, kube: Kube, namespace: str, name: str, job: Obj | None
+    ) -> Stall | None:
+        """Why the Job's pod does not start, if it has none running (tritonllm.plan.stalls)."""
+        key = (namespace, name)
+        if job is None or job_finished(job) or job_running(job):
+            self._jobs.pop(key, None)
+            return None
+        now = time.monotonic()
+        checked = self._jobs.get(key)
+        if checked is not None and now - checked[0] < self.JOB_RECHECK_SECONDS:
+            return checked[1]
+        pods = await kube.list("v1", "Pod", namespace, labels={"job-name": name})
+        events: list[Obj] = []
+        if not pods:  # no pod at all: did the API server refuse to create it?
+            uid = job["metadata"].get("uid", "")
+            fields = {"involvedObject.kind": "Job", "involvedObject.name": name,
+                      "reason": "FailedCreate"}
+            if uid:
+                fields["involvedObject.uid"] = uid
+            events = await kube.list("v1", "Event", namespace, labels={}, fields=fields)
+        stall = job_stall(pods, events)
+        self._jobs[key] = (now, stall)
+        return stall
 
     async def unschedulable(
         self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None

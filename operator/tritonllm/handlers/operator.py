@@ -26,6 +26,7 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 
 from .cache import Cache, IndexSpec, index_specs
+from .metrics import ACTING
 from .reconciler import Reconciler
 
 log = logging.getLogger("tritonllm.operator")
@@ -144,8 +145,25 @@ async def resync(stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The schedule of every deployment (tritonllm.handlers.schedule): the next reconcile at the
     time the last one asked for (Plan.requeue_after), else every resync period as a level-based
     safety net. A kopf daemon, so that it runs only while this replica acts: kopf stops it when
-    peering pauses the replica and starts it again (re-listing) when the replica resumes."""
-    await reconciler().schedule.run(stopped)
+    peering pauses the replica and starts it again (re-listing) when the replica resumes. Its
+    life is therefore the replica's acting state (`tritonllm_operator_acting`, /healthz)."""
+    _set_acting(True)
+    try:
+        await reconciler().schedule.run(stopped)
+    finally:
+        _set_acting(False)
+
+
+def _set_acting(acting: bool) -> None:
+    _state["acting"] = acting
+    ACTING.set(1 if acting else 0)
+
+
+@kopf.on.probe(id="state")
+async def acting_or_paused(**_: Any) -> str:
+    """/healthz answers 200 either way (a paused replica is healthy: it takes over when the
+    acting one goes) and says which: {"state": "acting"} or {"state": "paused"}."""
+    return "acting" if _state.get("acting") else "paused"
 
 
 def _without_finalizer(fn: Any) -> None:

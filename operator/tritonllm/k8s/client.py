@@ -57,6 +57,7 @@ MAX_THROTTLED_RETRIES = 5  # then the 429 is the call's KubeError (the reconcile
 WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
 DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
+PEERING_API_VERSION = "kopf.dev/v1"  # kopf's peering objects (tritonllm.k8s.peering)
 
 
 class Slots:
@@ -111,6 +112,8 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("networking.k8s.io/v1", "NetworkPolicy"): Resource("networkpolicies"),
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),
+    (PEERING_API_VERSION, "KopfPeering"): Resource("kopfpeerings"),
+    (PEERING_API_VERSION, "ClusterKopfPeering"): Resource("clusterkopfpeerings", namespaced=False),
 }
 
 
@@ -261,16 +264,24 @@ class Kube:
     # --- reads (the rest comes from the watches: tritonllm.handlers.cache) -------------------
 
     async def list(
-        self, api_version: str, kind: str, namespace: str, *, labels: Mapping[str, str]
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        *,
+        labels: Mapping[str, str],
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """The objects of a kind in a namespace with these labels."""
-        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        """The objects of a kind in a namespace with these labels (and field values)."""
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in labels.items()))]
+        if fields:
+            query.append(("fieldSelector", ",".join(f"{k}={v}" for k, v in fields.items())))
         out = await self._call(
             "list",
             kind,
             "GET",
             path_for(api_version, kind, namespace),
-            query=[("labelSelector", selector)],
+            query=query,
         )
         items: list[dict[str, Any]] = out.get("items", [])
         return items

@@ -26,6 +26,7 @@ from tritonllm.render.engine import engine_record
 
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed
+from .stalls import Context, Stall, explain
 from .writes import Plan, parse_time, rfc3339, want
 
 MAX_BUILD_ATTEMPTS = 3
@@ -83,7 +84,10 @@ def engine_step(
     record_exists = obs.engine is not None or not blocked
     if record_exists and (status != old or obs.engine is None):
         p.engine_status = status.to_wire()
-    return EngineStep(status, _condition(dep, rendered, status, uid=uid, blocked=blocked))
+    stall = obs.build_stall if status.state == "Building" else None
+    return EngineStep(
+        status, _condition(dep, rendered, status, uid=uid, blocked=blocked, stall=stall)
+    )
 
 
 def _what(dep: TritonLLMDeployment) -> str:
@@ -172,8 +176,9 @@ def _condition(
     *,
     uid: str,
     blocked: bool,
+    stall: Stall | None = None,
 ) -> Cond:
-    """EngineReady from the engine's state."""
+    """EngineReady from the engine's state (and, while it builds, from what holds its pod)."""
     key = rendered.engine_key
     if status.state == "Ready":
         cached = is_cache_hit(status, uid)
@@ -188,5 +193,9 @@ def _condition(
         return Cond(c.COND_ENGINE_READY, "False", r.BUILD_FAILED, message.strip())
     if blocked:
         return Cond(c.COND_ENGINE_READY, "Unknown", r.BLOCKED, "waiting for prerequisites")
+    if stall is not None:
+        ctx = Context(dep.namespace, dep.spec.storage.claimName, dep.spec.gpu.product)
+        message = explain(stall, rendered.build_job.name, _what(dep), ctx)
+        return Cond(c.COND_ENGINE_READY, "False", stall.reason, message)
     reason = r.BUILDING if _what(dep) == "build" else r.DOWNLOADING
     return Cond(c.COND_ENGINE_READY, "False", reason, status.message or "")

@@ -15,6 +15,7 @@ from typing import Any
 from tritonllm.api import constants as c
 
 from .redact import log_tail
+from .stalls import Stall, unschedulable
 
 Obj = Mapping[str, Any]
 
@@ -30,8 +31,11 @@ class Observed:
     engine: Obj | None = None  # TritonLLMEngine record
     build_job: Obj | None = None
     build_pods: Sequence[Obj] = ()
+    # Why the build Job's pod does not start (read only while the Job has no running pod).
+    build_stall: Stall | None = None
     repo_job: Obj | None = None
     repo_pods: Sequence[Obj] = ()
+    repo_stall: Stall | None = None
     workload: Obj | None = None  # Deployment or LeaderWorkerSet
     # Live children by (kind, name), for the hash comparison.
     live: Mapping[tuple[str, str], Obj] = dataclasses.field(default_factory=dict)
@@ -55,6 +59,7 @@ class JobObs:
     reason: str = ""
     message: str = ""
     uid: str = ""
+    running: bool = False  # Active with a ready (running) pod
 
     @staticmethod
     def of(job: Obj | None, pods: Sequence[Obj] = ()) -> JobObs:
@@ -73,7 +78,19 @@ class JobObs:
                 return JobObs("Failed", reason, tail or log_tail(message), uid)
         if st.get("succeeded"):
             return JobObs("Succeeded", uid=uid)
-        return JobObs("Active", uid=uid)
+        return JobObs("Active", uid=uid, running=job_running(job))
+
+
+def job_running(job: Obj | None) -> bool:
+    """Whether a Job has a running pod (status.ready: its pods with the Ready condition)."""
+    return bool(((job or {}).get("status") or {}).get("ready"))
+
+
+def job_finished(job: Obj | None) -> bool:
+    conditions = ((job or {}).get("status") or {}).get("conditions") or []
+    done = any(x.get("type") in ("Complete", "Failed") and x.get("status") == "True"
+               for x in conditions)
+    return done or bool(((job or {}).get("status") or {}).get("succeeded"))
 
 
 def job_failed(job: Obj | None) -> bool:
@@ -104,9 +121,9 @@ def unschedulable_message(pods: Sequence[Obj]) -> str | None:
         labels = pod["metadata"].get("labels") or {}
         if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
             continue
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                return f"{pod['metadata']['name']}: {cond.get('message', '')}".strip()
+        message = unschedulable(pod)
+        if message is not None:
+            return f"{pod['metadata']['name']}: {message}".strip()
     return None
 
 

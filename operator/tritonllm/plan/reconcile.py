@@ -72,7 +72,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None)
     # 4. the repository
     repo = repository_step(
-        p, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None,
+        p, dep, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None,
         was_written=recorded(body, dep, rendered),
     )
     # 5. serving, and what no longer belongs
@@ -89,7 +89,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         p.requeue(BLOCKED_REQUEUE_SECONDS)
     else:
         summary = summarise(engine, repo, workload, obs, target_repo=rendered.repository_key)
-        requeue_for(p, engine, repo, workload)
+        requeue_for(p, engine, repo, workload, obs)
     conds = [
         engine.condition,
         repo.condition,

@@ -22,6 +22,7 @@ from tritonllm.render import Rendered
 
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed
+from .stalls import Context, Stall, explain
 from .writes import Plan, want
 
 
@@ -56,6 +57,7 @@ def recorded(body: Obj, dep: TritonLLMDeployment, rendered: Rendered) -> bool:
 
 def repository_step(
     p: Plan,
+    dep: TritonLLMDeployment,
     rendered: Rendered,
     obs: Observed,
     *,
@@ -63,8 +65,9 @@ def repository_step(
     blocked: bool,
     was_written: bool = False,
 ) -> RepositoryStep:
-    """Write the repository once the engine is ready; RepositoryReady from its Job, or from
-    the record (`was_written`) once the finished Job is collected."""
+    """Write the repository once the engine is ready; RepositoryReady from its Job (and, while
+    it runs, from what holds its pod), or from the record (`was_written`) once the finished Job
+    is collected."""
     job = JobObs.of(obs.repo_job, obs.repo_pods)
     if job.phase == "Missing" and was_written:
         job = JobObs("Succeeded")
@@ -72,10 +75,16 @@ def repository_step(
         want(p, obs, rendered.repository_configmap)
         if job.phase == "Missing":
             p.apply.append(rendered.repository_job.stamped())
-    return RepositoryStep(job, _condition(rendered, job, engine_ready=engine_ready))
+    stall = obs.repo_stall if job.phase == "Active" else None
+    ctx = Context(dep.namespace, dep.spec.storage.claimName, None)
+    return RepositoryStep(
+        job, _condition(rendered, job, engine_ready=engine_ready, stall=stall, ctx=ctx)
+    )
 
 
-def _condition(rendered: Rendered, job: JobObs, *, engine_ready: bool) -> Cond:
+def _condition(
+    rendered: Rendered, job: JobObs, *, engine_ready: bool, stall: Stall | None, ctx: Context
+) -> Cond:
     if job.phase == "Succeeded":
         where = f"model repository at {rendered.repository_dir}"
         return Cond(c.COND_REPOSITORY_READY, "True", r.REPOSITORY_WRITTEN, where)
@@ -85,5 +94,8 @@ def _condition(rendered: Rendered, job: JobObs, *, engine_ready: bool) -> Cond:
     if not engine_ready:
         message = "the repository is written once the engine is ready"
         return Cond(c.COND_REPOSITORY_READY, "False", r.WAITING_FOR_ENGINE, message)
+    if stall is not None:
+        message = explain(stall, rendered.repository_job.name, "repository", ctx)
+        return Cond(c.COND_REPOSITORY_READY, "False", stall.reason, message)
     message = f"Job {rendered.repository_job.name} is writing the model repository"
     return Cond(c.COND_REPOSITORY_READY, "False", r.WRITING, message)

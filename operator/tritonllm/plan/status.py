@@ -23,7 +23,7 @@ from tritonllm.render import Rendered, naming
 
 from .conditions import Cond, merge_conditions
 from .engine import EngineStep, is_cache_hit
-from .observed import Obj, Observed, WorkloadObs
+from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
 from .writes import Plan, rfc3339
 
@@ -31,6 +31,11 @@ from .writes import Plan, rfc3339
 PROGRESS_REQUEUE_SECONDS = 30
 # While a prerequisite is missing (nothing emits an event when it appears), look again this often.
 BLOCKED_REQUEUE_SECONDS = 60
+# While a build or repository Job has no running pod, look again this often: pods are not
+# watched, so a pod that turns unschedulable or fails to pull announces itself to nobody.
+STALL_REQUEUE_SECONDS = 10
+# Reasons that need a human while they last (a pod refused by the API server), not only time.
+REFUSED: tuple[str, ...] = (r.QUOTA_EXCEEDED, r.ADMISSION_REFUSED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +66,12 @@ def summarise(
     if not engine.ready:
         cond = engine.condition
         progressing = Cond(c.COND_PROGRESSING, "True", cond.reason, cond.message)
-        return Summary(fine, progressing, cond.reason)
+        return Summary(_degraded_if_refused(cond, fine), progressing, cond.reason)
     if not repo.ready:
+        cond = repo.condition
+        if cond.reason in r.POD_STALLS:  # the repository Job's pod does not start: say why
+            progressing = Cond(c.COND_PROGRESSING, "True", cond.reason, cond.message)
+            return Summary(_degraded_if_refused(cond, fine), progressing, cond.reason)
         message = "writing the model repository"
         progressing = Cond(c.COND_PROGRESSING, "True", r.WRITING_REPOSITORY, message)
         return Summary(fine, progressing, r.WRITING_REPOSITORY)
@@ -80,6 +89,14 @@ def summarise(
     message = "every replica runs the current engine and settings"
     done = Cond(c.COND_PROGRESSING, "False", r.DEPLOYED, message)
     return Summary(fine, done, r.READY if workload.ready else r.SCALED_TO_ZERO)
+
+
+def _degraded_if_refused(cond: Cond, fine: Cond) -> Cond:
+    """A Job's pod refused by a quota or an admission check needs a human, as a serving pod's
+    does (pods_refused_summary); an unschedulable or unpulled one may still resolve itself."""
+    if cond.reason in REFUSED:
+        return Cond(c.COND_DEGRADED, "True", cond.reason, cond.message)
+    return fine
 
 
 def pods_refused_summary(refused: str, progress: str) -> Summary:
@@ -102,10 +119,21 @@ def blocked_summary(blocked: Cond) -> Summary:
     return Summary(blocked, progressing, blocked.reason)
 
 
-def requeue_for(p: Plan, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs) -> None:
-    """Safety net while work is under way (the watch events usually come first)."""
+def requeue_for(
+    p: Plan, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs, obs: Observed
+) -> None:
+    """Safety net while work is under way (the watch events usually come first); sooner while
+    a Job's pod has not started (nothing announces why it does not)."""
     if engine.status.state in ("Building", "Pending") or (repo.ready and not workload.done):
         p.requeue(PROGRESS_REQUEUE_SECONDS)
+    waiting = engine.status.state == "Building" and _not_started(obs.build_job)
+    if waiting or (engine.ready and _not_started(obs.repo_job)):
+        p.requeue(STALL_REQUEUE_SECONDS)
+
+
+def _not_started(job: Obj | None) -> bool:
+    obs = JobObs.of(job)
+    return obs.phase == "Active" and not obs.running
 
 
 def status_fields(
@@ -179,7 +207,10 @@ def finish(
     wire = status.to_wire()
     if wire != old:
         p.status = wire
-    p.events += events_for(flips)
+    events = events_for(flips)
+    events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
+               {x[1:] for x in events}]  # Degraded flipping with the same words said it
+    p.events += events
     return p
 
 
@@ -214,3 +245,20 @@ def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str
         message = cond.message or f"{cond.type} is {cond.status}"
         events.append(("Warning" if bad else "Normal", cond.reason, message))
     return events
+
+
+def stall_events(
+    old: list[dict[str, Any]], new: list[Cond], flips: list[tuple[Cond, str | None]]
+) -> list[tuple[str, str, str]]:
+    """A Warning Event when a Job's pod is found stuck (EngineReady or RepositoryReady changes its
+    reason to one of r.POD_STALLS): the condition stays False, so no flip would announce it."""
+    flipped = {cond.type for cond, _ in flips}
+    before = {x["type"]: x.get("reason") for x in old}
+    return [
+        ("Warning", cond.reason, cond.message)
+        for cond in new
+        if cond.type in (c.COND_ENGINE_READY, c.COND_REPOSITORY_READY)
+        and cond.reason in r.POD_STALLS
+        and cond.type not in flipped
+        and before.get(cond.type) != cond.reason
+    ]

@@ -1,0 +1,93 @@
+"""A build Job whose pod cannot start, against the real API server, controllers and scheduler.
+
+The status names what holds the pod (the scheduler's words, or the Job's FailedCreate Event) and
+the fix, within seconds, instead of "Job ... is running the build"; and it clears once the cause
+goes. kwok nodes are enough: the scheduler and the Job controller are real.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.operator_harness import (
+    events,
+    prepare_namespace,
+    run_operator,
+    store_objects,
+    wait_condition,
+)
+from tests.cluster.test_operator import small
+from tritonllm.cluster.local import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+CLAIM = "tritonllm-model-store"
+
+
+def unbound_claim(namespace: str) -> dict[str, Any]:
+    """A claim no volume will ever bind (no class, no provisioner, no volume for it)."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": CLAIM, "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                     "resources": {"requests": {"storage": "100Gi"}}}}
+
+
+def test_build_pod_on_an_unbound_claim_is_named_then_clears(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace, store=False)
+    cluster.apply([unbound_claim(namespace)])
+    with run_operator(cluster, namespace, tmp_path):
+        start = time.monotonic()
+        cluster.apply([small("stuck", namespace)])
+        obj = wait_condition(cluster, namespace, "stuck", "EngineReady", "False",
+                             reason="Unschedulable", timeout=60)
+        took = time.monotonic() - start
+        print(f"\n[measure] build pod on an unbound claim: apply -> named {took:.1f} s")
+        cond = next(x for x in obj["status"]["conditions"] if x["type"] == "EngineReady")
+        job = obj["status"]["engine"]["buildJob"]
+        message = cond["message"]
+        print(f"EngineReady={cond['status']} {cond['reason']}: {message}")
+        assert message.startswith(f"Job {job} cannot start its build pod: pod {job}-"), message
+        assert "unbound immediate PersistentVolumeClaims" in message, message
+        assert f"claim {CLAIM} (spec.storage.claimName) is not bound" in message, message
+        assert f"kubectl describe pvc {CLAIM} -n {namespace}" in message, message
+        progressing = next(x for x in obj["status"]["conditions"] if x["type"] == "Progressing")
+        assert progressing["reason"] == obj["status"]["reason"] == "Unschedulable", obj["status"]
+        # The same words as a Warning Event on the deployment.
+        warned = [e for e in events(cluster, namespace, "stuck")
+                  if e["reason"] == "Unschedulable" and e["type"] == "Warning"]
+        assert [e["message"] for e in warned] == [message], warned
+
+        # A volume for the claim: the pod is scheduled, the build runs and finishes.
+        volume = store_objects(namespace)[0]
+        cluster.apply([volume])
+        wait_condition(cluster, namespace, "stuck", "EngineReady", "True", timeout=180)
+
+
+def test_build_pod_refused_by_a_quota_is_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    cluster.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+                    "metadata": {"name": "no-pods", "namespace": namespace},
+                    "spec": {"hard": {"pods": "0"}}}])
+    with run_operator(cluster, namespace, tmp_path):
+        start = time.monotonic()
+        cluster.apply([small("refused", namespace)])
+        obj = wait_condition(cluster, namespace, "refused", "Degraded", "True",
+                             reason="QuotaExceeded", timeout=60)
+        print(f"\n[measure] build pod refused by a quota: apply -> named "
+              f"{time.monotonic() - start:.1f} s")
+    degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
+    job = obj["status"]["engine"]["buildJob"]
+    print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
+    assert degraded["message"].startswith(f"Job {job} cannot create its build pod: "), degraded
+    assert "exceeded quota: no-pods" in degraded["message"], degraded
+    assert "raise the namespace's ResourceQuota" in degraded["message"], degraded
+    assert any(e["reason"] == "QuotaExceeded" and e["type"] == "Warning"
+               for e in events(cluster, namespace, "refused"))

@@ -1,0 +1,255 @@
+"""A build or repository Job whose pod does not start: the status names what holds it and the fix.
+
+Pure (tritonllm.plan.stalls, the planner through tests.unit.test_plan.World) and the bounded
+reads that feed it (tritonllm.handlers.observe.PodChecks.job_stall, against the fake API server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.fake_kube import FakeKube
+from tests.unit.test_plan import World
+from tritonllm.api import constants as c
+from tritonllm.api import reasons as r
+from tritonllm.handlers.observe import PodChecks
+from tritonllm.plan.stalls import Stall, job_stall
+from tritonllm.plan.status import STALL_REQUEUE_SECONDS
+
+UNBOUND = ("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+           "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+NO_PRODUCT = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+              "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+NO_GPUS = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+TAINT = "0/1 nodes are available: 1 node(s) had untolerated taint {team: a}."
+QUOTA = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: exceeded quota: gpus, '
+         'requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=0, limited: '
+         'requests.nvidia.com/gpu=0')
+POD_SECURITY = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: violates '
+                'PodSecurity "restricted:latest": runAsNonRoot != true')
+
+
+def pod(name: str = "tritonllm-build-x-abcde", *, scheduler: str | None = None,
+        waiting: tuple[str, str, str] | None = None, phase: str = "Pending",
+        created: str = "2026-11-22T09:00:00Z") -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if scheduler is not None:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                 "reason": "Unschedulable", "message": scheduler}]
+    if waiting is not None:
+        container, reason, message = waiting
+        key = "initContainerStatuses" if container == "tools" else "containerStatuses"
+        status[key] = [{"name": container,
+                        "state": {"waiting": {"reason": reason, "message": message}}}]
+    return {"kind": "Pod", "metadata": {"name": name, "creationTimestamp": created},
+            "status": status}
+
+
+def event(message: str, reason: str = "FailedCreate") -> dict[str, Any]:
+    return {"reason": reason, "message": message, "lastTimestamp": "2026-11-22T09:00:05Z"}
+
+
+# --- what holds a pod -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pods,events,reason,said", [
+    ([pod(scheduler=UNBOUND)], [], r.UNSCHEDULABLE, "unbound immediate PersistentVolumeClaims"),
+    ([pod(scheduler=NO_PRODUCT)], [], r.UNSCHEDULABLE, "node affinity/selector"),
+    ([pod(waiting=("tools", "ImagePullBackOff", 'Back-off pulling image "registry.invalid/t"'))],
+     [], r.IMAGE_PULL_FAILED, "container tools: ImagePullBackOff: Back-off pulling image"),
+    ([pod(waiting=("build", "ErrImagePull", "not found"))], [], r.IMAGE_PULL_FAILED,
+     "container build: ErrImagePull"),
+    ([pod(waiting=("build", "InvalidImageName", "couldn't parse image name"))], [],
+     r.IMAGE_PULL_FAILED, "InvalidImageName"),
+    ([pod(waiting=("build", "CreateContainerConfigError", 'secret "hf" not found'))], [],
+     r.POD_NOT_STARTING, 'secret "hf" not found'),
+    ([], [event(QUOTA)], r.QUOTA_EXCEEDED, "exceeded quota: gpus"),
+    ([], [event(POD_SECURITY)], r.ADMISSION_REFUSED, "violates PodSecurity"),
+])
+def test_each_reason_a_job_pod_does_not_start(
+    pods: list[dict[str, Any]], events: list[dict[str, Any]], reason: str, said: str
+) -> None:
+    stall = job_stall(pods, events)
+    assert stall is not None and stall.reason == reason and said in stall.said, stall
+
+
+def test_a_pod_on_its_way_is_no_stall() -> None:
+    assert job_stall([pod()]) is None  # created, not yet placed: the scheduler has not spoken
+    assert job_stall([pod(waiting=("build", "ContainerCreating", ""))]) is None  # pulling
+    assert job_stall([]) is None  # the Job controller has not created it yet
+    assert job_stall([], [event("Created pod: x", reason="SuccessfulCreate")]) is None
+    # An older pod that failed does not speak for the newest one.
+    old = pod("old", scheduler=UNBOUND, phase="Failed", created="2026-11-22T08:00:00Z")
+    assert job_stall([old, pod("new")]) is None
+
+
+def test_the_newest_pod_speaks_and_long_messages_are_cut() -> None:
+    older = pod("a", scheduler=NO_GPUS, created="2026-11-22T08:00:00Z")
+    newer = pod("b", scheduler=UNBOUND + " x" * 1000, created="2026-11-22T09:00:00Z")
+    stall = job_stall([older, newer])
+    assert stall is not None and stall.said.startswith("pod b: ") and stall.pod == "b"
+    assert len(stall.said) <= 600 and stall.said.endswith("...")
+
+
+# --- the planner: EngineReady, Progressing, Degraded, the Event, the fix ----------------------
+
+
+def building(stall: Stall | None, spec: dict[str, Any] | None = None) -> tuple[World, Any]:
+    """A deployment whose build Job was created; the next pass sees `stall`."""
+    w = World({"storage": {"create": {"size": "10Gi"}}, **(spec or {})})
+    w.step()  # creates the engine record and the build Job
+    w.obs["build_stall"] = stall
+    return w, w.step()
+
+
+def test_build_pod_on_an_unbound_claim_names_the_claim_and_the_fix() -> None:
+    w, p = building(job_stall([pod(scheduler=UNBOUND)]))
+    job = w.render.build_job["metadata"]["name"]
+    engine = w.cond(c.COND_ENGINE_READY)
+    assert (engine["status"], engine["reason"]) == ("False", "Unschedulable")
+    assert engine["message"].startswith(f"Job {job} cannot start its build pod: pod ")
+    assert "unbound immediate PersistentVolumeClaims" in engine["message"]
+    assert "claim tritonllm-model-store (spec.storage.claimName) is not bound" in engine["message"]
+    assert "kubectl describe pvc tritonllm-model-store -n default" in engine["message"]
+    # Progressing and the `kubectl get tllm` column say the same; nothing is Degraded (a claim
+    # may still bind, e.g. once a provisioner runs).
+    assert w.cond(c.COND_PROGRESSING)["reason"] == "Unschedulable"
+    assert w.cond(c.COND_READY)["reason"] == "Unschedulable"
+    assert w.body["status"]["reason"] == "Unschedulable"
+    assert w.cond(c.COND_DEGRADED)["status"] == "False"
+    # One Warning Event with the same words, though EngineReady stays False (no flip)...
+    assert p.events == [("Warning", "Unschedulable", engine["message"])]
+    # ...and looked at again soon: pods are not watched.
+    assert p.requeue_after == STALL_REQUEUE_SECONDS
+    # The next pass with the same stall posts nothing again and writes nothing.
+    again = w.step()
+    assert again.events == [] and again.status is None
+
+
+def test_build_pod_with_no_node_of_the_gpu_product_names_the_product() -> None:
+    product = "NVIDIA-H100-80GB-HBM3"
+    w, _ = building(job_stall([pod(scheduler=NO_PRODUCT)]), {"gpu": {"product": product}})
+    message = w.cond(c.COND_ENGINE_READY)["message"]
+    assert f"no node matches {c.GPU_PRODUCT_LABEL}={product} (spec.gpu.product) and " \
+           "spec.podTemplate.nodeSelector" in message
+    assert f"kubectl get nodes -L {c.GPU_PRODUCT_LABEL}" in message
+
+
+@pytest.mark.parametrize("said,fix", [
+    (NO_GPUS, "not enough free GPUs of spec.gpu.product"),
+    (TAINT, "spec.podTemplate.tolerations"),
+    ("0/1 nodes are available: 1 Insufficient memory.", "lower spec.podTemplate.resources"),
+    ("something new", "kubectl describe pod tritonllm-build-x-abcde -n default"),
+])
+def test_other_scheduler_verdicts_get_their_fix(said: str, fix: str) -> None:
+    w, _ = building(job_stall([pod(scheduler=said)]))
+    assert fix in w.cond(c.COND_ENGINE_READY)["message"]
+
+
+def test_build_pod_that_cannot_pull_names_the_image_fields() -> None:
+    stall = job_stall([pod(waiting=("build", "ImagePullBackOff", "Back-off pulling image"))])
+    w, p = building(stall)
+    engine = w.cond(c.COND_ENGINE_READY)
+    assert engine["reason"] == "ImagePullFailed"
+    assert "spec.image" in engine["message"] and "imagePullSecrets" in engine["message"]
+    assert [(t, reason) for t, reason, _ in p.events] == [("Warning", "ImagePullFailed")]
+    assert w.cond(c.COND_DEGRADED)["status"] == "False"
+
+
+def test_build_pod_missing_a_secret_is_not_starting() -> None:
+    w, _ = building(job_stall([pod(waiting=("build", "CreateContainerConfigError", "no key"))]))
+    engine = w.cond(c.COND_ENGINE_READY)
+    assert engine["reason"] == "PodNotStarting" and "kubectl describe pod" in engine["message"]
+
+
+@pytest.mark.parametrize("message,reason,fix", [
+    (QUOTA, "QuotaExceeded", "raise the namespace's ResourceQuota"),
+    (POD_SECURITY, "AdmissionRefused", "ask the cluster's administrators"),
+])
+def test_build_pod_the_api_server_refuses_is_degraded(message: str, reason: str, fix: str) -> None:
+    w, p = building(job_stall([], [event(message)]))
+    job = w.render.build_job["metadata"]["name"]
+    degraded = w.cond(c.COND_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    assert degraded["message"].startswith(f"Job {job} cannot create its build pod: ")
+    assert message in degraded["message"] and fix in degraded["message"]
+    assert w.cond(c.COND_ENGINE_READY)["reason"] == reason
+    assert p.events == [("Warning", reason, degraded["message"])]  # once, not per condition
+
+
+def test_a_build_pod_that_starts_clears_the_stall() -> None:
+    w, _ = building(job_stall([pod(scheduler=UNBOUND)]))
+    w.obs["build_stall"] = None
+    job = w.render.build_job["metadata"]["name"]
+    w.objects[("Job", job)]["status"] = {"ready": 1}  # its pod runs
+    p = w.step()
+    engine = w.cond(c.COND_ENGINE_READY)
+    assert (engine["reason"], engine["message"]) == ("Building", f"Job {job} is running the build")
+    assert p.requeue_after is not None and p.requeue_after > STALL_REQUEUE_SECONDS
+
+
+def test_repository_pod_stall_is_named_in_repository_ready_and_progressing() -> None:
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()  # the engine is ready: creates the repository Job
+    w.obs["repo_stall"] = job_stall([pod("repo-pod", scheduler=UNBOUND)])
+    p = w.step()
+    job = w.render.repository_job["metadata"]["name"]
+    repo = w.cond(c.COND_REPOSITORY_READY)
+    assert repo["reason"] == "Unschedulable"
+    assert repo["message"].startswith(f"Job {job} cannot start its repository pod: pod repo-pod")
+    assert "spec.storage.claimName" in repo["message"]
+    assert w.cond(c.COND_PROGRESSING)["reason"] == "Unschedulable"
+    assert ("Warning", "Unschedulable", repo["message"]) in p.events
+    assert p.requeue_after == STALL_REQUEUE_SECONDS
+
+
+# --- the reads: only while the Job has no running pod, at most once per JOB_RECHECK_SECONDS ---
+
+
+def test_job_pods_are_read_only_while_none_runs_and_at_most_every_recheck() -> None:
+    ns, name = "team", "tritonllm-build-k"
+    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1"},
+           "status": {"active": 1}}
+    kube = FakeKube([{**pod("p1", scheduler=UNBOUND), "metadata": {
+        "name": "p1", "namespace": ns, "labels": {"job-name": name},
+        "creationTimestamp": "2026-11-22T09:00:00Z"}}])
+    checks = PodChecks()
+    lists = lambda: [x.kind for x in kube.calls if x.verb == "list"]  # noqa: E731
+
+    async def go() -> None:
+        first = await checks.job_stall(kube, ns, name, job)
+        assert first is not None and first.reason == "Unschedulable"
+        assert await checks.job_stall(kube, ns, name, job) == first  # remembered
+        assert lists() == ["Pod"]
+        checks._jobs[(ns, name)] = (0.0, first)  # JOB_RECHECK_SECONDS later
+        await checks.job_stall(kube, ns, name, job)
+        assert lists() == ["Pod", "Pod"]
+        # A running pod or a finished Job: no read at all.
+        assert await checks.job_stall(kube, ns, name, {**job, "status": {"ready": 1}}) is None
+        done = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+        assert await checks.job_stall(kube, ns, name, done) is None
+        assert await checks.job_stall(kube, ns, name, None) is None
+        assert lists() == ["Pod", "Pod"]
+
+    asyncio.run(go())
+
+
+def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:
+    ns, name = "team", "tritonllm-build-k"
+    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1"},
+           "status": {}}
+    refused = {"kind": "Event", "metadata": {"name": "e1", "namespace": ns},
+               "involvedObject": {"kind": "Job", "name": name, "uid": "j1"},
+               **event(QUOTA)}
+    earlier_job = {**refused, "metadata": {"name": "e0", "namespace": ns},
+                   "involvedObject": {"kind": "Job", "name": name, "uid": "j0"},
+                   **event(POD_SECURITY)}
+    kube = FakeKube([refused, earlier_job])
+    stall = asyncio.run(PodChecks().job_stall(kube, ns, name, job))
+    assert stall is not None and stall.reason == "QuotaExceeded" and QUOTA in stall.said
+    assert [x.kind for x in kube.calls] == ["Pod", "Event"]
