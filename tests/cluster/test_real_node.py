@@ -26,7 +26,7 @@ from tritonllm.cluster.node import (
     TAINT_KEY,
     tolerations,
 )
-from tritonllm.cluster.testing import wait_for
+from tritonllm.cluster.testing import fresh_namespace, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -318,3 +318,31 @@ def test_second_real_node_is_refused_with_one_clear_line(cluster: LocalCluster) 
     assert "Traceback" not in proc.stderr
     assert time.monotonic() - start < 60
     assert json.loads((cluster.state_dir / "host.json").read_text()) is not None
+
+
+def test_down_then_up_leaves_nothing_the_next_real_pod_trips_over(cluster: LocalCluster) -> None:
+    """Two clusters one after the other (the README's demo, then its tests, on one machine):
+    `down` leaves no host state (mounts, cgroups, bridge, veths, iptables chains) and the next
+    `up`'s first real pod starts once, without its sandbox being recreated (SandboxChanged).
+    Runs on the session's own cluster (each `up` starts from an empty etcd, so this is a new
+    cluster on the same host), which is up again afterwards for the tests that follow."""
+    left = cluster.down()
+    assert not left, f"processes survived down: {left}"
+    assert not cluster.host_problems, cluster.host_problems
+    assert host.leftovers(cluster.state_dir) == []
+    start = time.monotonic()
+    cluster.up(build=False)
+    up_took = time.monotonic() - start
+    with fresh_namespace(cluster, "restart") as namespace:
+        cluster.apply([real_pod("after-restart", ["sleep", "3600"])], namespace=namespace)
+        wait_phase(cluster, namespace, "after-restart", "Running", timeout=90)
+        running_after = time.monotonic() - start - up_took
+        time.sleep(5)  # a sandbox recreated right after start would show by now
+        pod = cluster.kubectl_json("get", "pod", "after-restart", "-n", namespace)
+        events = cluster.kubectl_json("get", "events", "-n", namespace)["items"]
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "after-restart"]
+    assert "SandboxChanged" not in reasons, reasons
+    assert reasons.count("Started") == 1, reasons
+    print(f"cluster up again in {up_took:.1f} s; first real pod Running {running_after:.1f} s "
+          f"after apply; events {reasons}")
