@@ -25,13 +25,14 @@ from tritonllm.api import constants as c
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 
-from .cache import Cache, IndexSpec, index_specs
+from .cache import Cache, IndexSpec, index_specs, managed_resources
 from .reconciler import Reconciler
 
 log = logging.getLogger("tritonllm.operator")
 
 _state: dict[str, Any] = {}
 MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
+MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.APP_NAME}"
 # kopf's per-object workers, per watched kind, and how long an idle one lingers.
 WORKERS_PER_KIND = 64
 WORKER_IDLE_SECONDS = 1.0
@@ -104,6 +105,9 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = NoDiffBase()
+    # Server-side filtering: the watches of the kinds we create ask only for our objects.
+    for resource in managed_resources(_state.get("indexes", [])):
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     # kopf hands every index to every handler, by id; they fill before any event is handled.
     _state["indices"] = {
         spec.id: kwargs[spec.id] for spec in _state.get("indexes", []) if spec.id in kwargs

@@ -34,7 +34,7 @@ from tritonllm.render.manifest import Manifest
 from .cache import Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
-from .observe import PodChecks, observe
+from .observe import PodChecks, SecretChecks, observe
 from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -69,6 +69,7 @@ class Reconciler:
         self._engine_locks: dict[Key, asyncio.Lock] = {}
         self.schedule = Schedule(self.request)
         self._pods = PodChecks()
+        self._secrets = SecretChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         # Passes in flight at once: enough to keep the API client busy; more would only hold
@@ -218,7 +219,7 @@ class Reconciler:
             raise InvalidDeployment(too_big)
         obs = await observe(
             self.kube, self.cache, self.settings, dep, rendered,
-            engine=engine, workload=workload, now=now, pods=self._pods,
+            engine=engine, workload=workload, now=now, pods=self._pods, secrets=self._secrets,
         )
         decision = plan(body, dep, rendered, obs)
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
