@@ -69,6 +69,14 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
         )
 
 
+def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) -> None:
+    """The list and watch requests of the kinds we create carry our label selector: the API
+    server sends only our objects (kopf's `labels=` filters alone run after each object arrived
+    and was parsed)."""
+    for resource in managed_resources(specs):
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
+
+
 def _indexer(spec: IndexSpec) -> Any:
     # async: kopf runs sync handlers in a thread pool, a thread hop per watch event.
     async def index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
@@ -105,9 +113,7 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = NoDiffBase()
-    # Server-side filtering: the watches of the kinds we create ask only for our objects.
-    for resource in managed_resources(_state.get("indexes", [])):
-        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
+    filter_server_side(settings, _state.get("indexes", []))
     # kopf hands every index to every handler, by id; they fill before any event is handled.
     _state["indices"] = {
         spec.id: kwargs[spec.id] for spec in _state.get("indexes", []) if spec.id in kwargs
