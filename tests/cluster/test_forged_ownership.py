@@ -1,8 +1,9 @@
 """Objects planted under the names the operator computes, on the real API server with the operator
 running (simulated GPU nodes): a finished Job under the build Job's name with the operator's
 labels never makes the engine Ready, a Secret under the MPI key Secret's name with the operator's
-labels never reaches a worker; and a build shared by two deployments survives the deletion of
-the one that started it. The pure rules are in tests/unit/test_forged_ownership.py.
+labels and a controller reference to the deployment never reaches a worker; and a build shared by
+two deployments survives the deletion of the one that started it. The pure rules are in
+tests/unit/test_forged_ownership.py.
 """
 
 from __future__ import annotations
@@ -54,11 +55,17 @@ def planted_build_job(obj: dict[str, Any]) -> dict[str, Any]:
     return job
 
 
-def planted_mpi_secret(obj: dict[str, Any]) -> dict[str, Any]:
+def planted_mpi_secret(obj: dict[str, Any], uid: str) -> dict[str, Any]:
+    """The MPI key Secret as the operator would write it (labels, a controller reference to
+    the deployment: its uid is readable by whoever may read the deployment), but someone
+    else's keys."""
     dep = parse_deployment(obj)
+    owner = {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": dep.name, "uid": uid,
+             "controller": True}
     return {"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": naming.mpi_secret_name(dep), "namespace": dep.namespace,
-                         "labels": naming.base_labels(dep, c.COMPONENT_SERVER)},
+                         "labels": naming.base_labels(dep, c.COMPONENT_SERVER),
+                         "ownerReferences": [owner]},
             "stringData": {c.MPI_SSH_CLIENT_PUB: "ssh-ed25519 AAAA attacker\n"}}
 
 
@@ -74,15 +81,18 @@ def test_planted_build_job_and_mpi_secret_are_refused(
     multi = tllm("epsilon", namespace, engine={"parallelism": {"tensor": 4, "pipeline": 2}},
                  gpu={**GPU, "perNode": 4})
     job = planted_build_job(single)
-    secret = planted_mpi_secret(multi)
-    cluster.apply([job, secret])
+    cluster.apply([job])
     job_name = job["metadata"]["name"]
     wait_for(lambda: any(x["type"] == "Complete" and x["status"] == "True" for x in (
         cluster.kubectl_json("get", "job", job_name, "-n", namespace).get("status") or {}
     ).get("conditions") or []), timeout=120, what="the planted Job Complete")
     planted = cluster.kubectl_json("get", "job", job_name, "-n", namespace)
+    # The race won: the deployments exist, the operator has not reconciled them yet, and the
+    # Secret is planted with a controller reference to the deployment's uid.
+    cluster.apply([single, multi])
+    secret = planted_mpi_secret(multi, get_cr(cluster, namespace, "epsilon")["metadata"]["uid"])
+    cluster.apply([secret])
     with run_operator(cluster, namespace, tmp_path) as op:
-        cluster.apply([single, multi])
         for name, says in (("delta", f"Job/{job_name}"),
                            ("epsilon", f"Secret/{secret['metadata']['name']}")):
             obj = wait_condition(cluster, namespace, name, "Degraded", reason="NameConflict")
@@ -107,7 +117,8 @@ def test_planted_build_job_and_mpi_secret_are_refused(
     assert live["metadata"]["uid"] == planted["metadata"]["uid"]
     assert "tritonllm" not in managers(live) and not live["metadata"].get("ownerReferences")
     live = cluster.kubectl_json("get", "secret", secret["metadata"]["name"], "-n", namespace)
-    assert "tritonllm" not in managers(live) and not live["metadata"].get("ownerReferences")
+    assert "tritonllm" not in managers(live)
+    assert "mpiSecretUid" not in (get_cr(cluster, namespace, "epsilon").get("status") or {})
 
 
 def test_a_shared_build_outlives_the_deployment_that_started_it(

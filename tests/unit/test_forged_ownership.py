@@ -15,6 +15,7 @@ from tritonllm.api import reasons as r
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.handlers.reconciler import Reconciler
+from tritonllm.k8s.client import KubeError
 from tritonllm.plan.ownership import controlled_by, is_ours, recorded_uids
 from tritonllm.render import naming, render_all
 
@@ -138,13 +139,82 @@ def test_a_job_swapped_in_under_the_build_name_is_a_conflict() -> None:
     assert record["state"] != "Ready"
 
 
-def test_the_mpi_key_secret_is_created_on_the_first_pass() -> None:
+def test_the_mpi_key_secret_is_created_on_the_first_pass_and_its_uid_recorded() -> None:
     body = deployment(spec=MULTI_NODE)
     kube = world(body)
     reconcile(kube, "demo")
     secret = kube.objects[("Secret", NS, "demo-mpi-ssh")]
     assert controlled_by(secret, "uid-demo")
+    assert status(kube)["mpiSecretUid"] == secret["metadata"]["uid"]
     assert condition(kube, c.COND_ENGINE_READY).get("status") != "True"  # long before serving
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED).get("reason") != r.NAME_CONFLICT
+    assert len(kube.writes("create", "Secret")) == 1
+
+
+def mpi_secret(body: dict[str, Any], uid: str, *, controller: bool) -> dict[str, Any]:
+    """A Secret under the MPI key Secret's name with our labels and an owner reference to the
+    deployment (its uid is readable by whoever may read the deployment)."""
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "demo-mpi-ssh", "namespace": NS, "uid": uid,
+                         "labels": naming.base_labels(parse_deployment(body), "server"),
+                         "ownerReferences": [{"apiVersion": c.API_VERSION, "kind": c.KIND,
+                                              "name": "demo", "uid": "uid-demo",
+                                              "controller": controller}]},
+            "data": {"id_ed25519": "QUFBQQ=="}}
+
+
+def test_a_secret_with_a_forged_controller_reference_is_refused() -> None:
+    """Planted between the deployment's creation and the operator's first pass: the deployment's
+    status records no Secret yet, so none found is adopted."""
+    body = deployment(spec=MULTI_NODE)
+    kube = world(body, mpi_secret(body, "planted", controller=True))
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED)["reason"] == r.NAME_CONFLICT
+    assert "mpiSecretUid" not in status(kube)
+    assert kube.writes("create") == []
+
+
+def test_a_secret_swapped_in_later_is_refused() -> None:
+    body = deployment(spec=MULTI_NODE)
+    kube = world(body)
+    reconcile(kube, "demo")
+    del kube.objects[("Secret", NS, "demo-mpi-ssh")]
+    kube.put(mpi_secret(body, "planted", controller=True))
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED)["reason"] == r.NAME_CONFLICT
+
+
+def test_the_secret_of_an_older_operator_is_adopted_once_its_group_runs() -> None:
+    """An older operator recorded no uid; it created the Secret before the LeaderWorkerSet."""
+    body = deployment(spec=MULTI_NODE)
+    body["status"] = {"observedGeneration": 1}
+    lws = render_all(parse_deployment(body)).workload.body
+    kube = world(body, mpi_secret(body, "old-secret", controller=True), lws)
+    reconcile(kube, "demo")
+    assert status(kube)["mpiSecretUid"] == "old-secret"
+    assert condition(kube, c.COND_DEGRADED).get("reason") != r.NAME_CONFLICT
+
+
+def test_the_recorded_uid_survives_a_pass_that_fails_after_creating_the_secret() -> None:
+    body = deployment(spec=MULTI_NODE)
+    kube = world(body)
+    apply = kube.apply
+
+    async def refuse(obj: Any) -> dict[str, Any]:
+        if obj.kind == "Service":
+            raise KubeError(403, "Forbidden", "services is forbidden: exceeded quota: q")
+        return await apply(obj)
+
+    kube.apply = refuse  # type: ignore[method-assign]
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED)["reason"] == r.QUOTA_EXCEEDED
+    secret = kube.objects[("Secret", NS, "demo-mpi-ssh")]
+    assert status(kube)["mpiSecretUid"] == secret["metadata"]["uid"]
+    kube.apply = apply  # type: ignore[method-assign]
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED).get("reason") not in (r.NAME_CONFLICT,
+                                                                  r.QUOTA_EXCEEDED)
 
 
 def test_a_planted_mpi_key_secret_with_our_labels_is_refused_before_anything_runs() -> None:

@@ -118,7 +118,14 @@ async def execute(
     if p.finalizers is not None:
         await kube.set_finalizers(body, p.finalizers)
     if p.create_mpi_secret and dep is not None:
-        await _create_mpi_secret(kube, dep, logger)
+        created = await _create_mpi_secret(kube, dep, logger)
+        # Recorded in the status at once (should a later write of this pass fail, the Secret
+        # would otherwise read as someone else's), and in the status this pass writes: only
+        # the Secret with this uid is ever used.
+        recorded = {**(body.get("status") or {}), "mpiSecretUid": created}
+        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
+        if p.status is not None:
+            p.status = {**p.status, "mpiSecretUid": created}
     uid = dep.metadata.uid or "" if dep is not None else ""
     await _apply(kube, cache, p, ns, uid, logger)
     await _create(kube, cache, p, ns, engine_key, logger)
@@ -196,8 +203,8 @@ async def _create(
     kube: Kube, cache: Cache, p: Plan, ns: str, engine_key: str | None, logger: Logger
 ) -> None:
     """Create the engine key's build objects (POST: a name someone took first is refused, never
-    adopted) and record their uids in the engine status this pass writes (at once, should a
-    later create fail: an unrecorded object of ours would read as someone else's)."""
+    adopted) and record their uids in the engine record's status at once (should a later write
+    of this pass fail, an unrecorded object of ours would read as someone else's)."""
     created_any = False
     try:
         for obj in p.create:
@@ -217,11 +224,11 @@ async def _create(
             if p.engine_status is not None and obj.kind in RECORDED_AS:
                 uid = created["metadata"]["uid"]
                 p.engine_status = {**p.engine_status, RECORDED_AS[obj.kind]: uid}
-    except (NameConflict, WriteRefused):
+    finally:
         if created_any and p.engine_status is not None and engine_key is not None:
-            obj = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
-            cache.remember(await kube.apply_status(obj))
-        raise
+            record = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
+            cache.remember(await kube.apply_status(record))
+            p.engine_status = None  # written
 
 
 async def _add_owner(kube: Kube, p: Plan, dep: TritonLLMDeployment, logger: Logger) -> None:
@@ -237,16 +244,17 @@ async def _add_owner(kube: Kube, p: Plan, dep: TritonLLMDeployment, logger: Logg
         logger.info("%s/%s is also owned by this deployment", kind, name)
 
 
-async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> None:
-    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md). A Secret of
-    that name that is not ours is never trusted (its keys would let someone in)."""
+async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> str:
+    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md); returns the
+    new Secret's uid. A Secret of that name the operator did not just create is never trusted
+    (its keys would let someone in): NameConflict."""
     name = naming.mpi_secret_name(dep)
     try:
         created = await kube.create(mpi_secret(dep, ssh_key_pairs(f"tritonllm-{dep.name}")))
         live = None if created else await kube.get("v1", "Secret", dep.namespace, name)
     except KubeError as exc:
         raise WriteRefused("create", "Secret", name, exc) from exc
-    if live is not None and not is_ours(live, dep.metadata.uid or ""):
+    if created is None:
         raise NameConflict(conflict_message("Secret", name, live))
-    if created:
-        logger.info("created Secret/%s (MPI SSH keys)", name)
+    logger.info("created Secret/%s (MPI SSH keys)", name)
+    return str(created["metadata"]["uid"])

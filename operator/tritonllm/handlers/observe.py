@@ -18,7 +18,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 from tritonllm.plan.observed import Observed, job_failed, unschedulable_message
-from tritonllm.plan.ownership import conflict_message, is_ours
+from tritonllm.plan.ownership import is_ours
 from tritonllm.render import Rendered, naming
 
 from .cache import Cache, project_secret
@@ -47,10 +47,8 @@ async def observe(
     product = spec.gpu.product if settings.check_gpu_nodes else None
     mpi_name = naming.mpi_secret_name(dep)
     mpi = await secrets.get(kube, ns, mpi_name) if spec.topology.multi_node else None
-    foreign = []
     if mpi is not None and not is_ours(mpi, dep.metadata.uid or ""):
-        foreign.append(conflict_message("Secret", mpi_name, mpi))
-        secrets.forget(ns, mpi_name)  # looked at again next time: it may be gone by then
+        secrets.forget(ns, mpi_name)  # not ours: looked at again next time (it may be gone)
     return Observed(
         now=now,
         store=cache.get("PersistentVolumeClaim", ns, spec.storage.claimName),
@@ -65,8 +63,8 @@ async def observe(
         live=_live(cache, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
+        mpi_secret=mpi,
         unschedulable=await pods.unschedulable(kube, dep, workload),
-        foreign=foreign,
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 

@@ -188,6 +188,9 @@ class Reconciler:
         """Whatever ended a pass is said on the object (Degraded + an Event naming the object
         or field and the fix), not only in the log; the pass is then retried with backoff."""
         reason, message = failure(exc)
+        meta = body["metadata"]
+        # the newest status we know (this pass may have written to it before it failed)
+        body = self.cache.get(c.KIND, meta["namespace"], meta["name"]) or body
         decision = plan_failed(body, reason, message, Observed(now=now))
         try:
             await execute(self.kube, self.cache, body, None, decision, logger)

@@ -4,9 +4,11 @@ Labels and owner references can be written by anyone who may create the object, 
 says who created it. An object is the deployment's when it carries the operator's managed-by
 label and
 
-- a per-deployment object (Service, workload, repository Job and plan, MPI key Secret, ...): a
-  *controller* owner reference to the deployment's uid (the operator writes exactly one; a
-  non-controller reference is what the shared build objects carry for every user);
+- a per-deployment object (Service, workload, repository Job and plan, ...): a *controller* owner
+  reference to the deployment's uid (the operator writes exactly one; a non-controller reference
+  is what the shared build objects carry for every user); the MPI key Secret, whose keys open the
+  workers' sshd, also needs its uid to be the one the deployment's status recorded when the
+  operator created it (`mpiSecretUid`; users cannot write the status);
 - an object of an engine key, shared by the deployments with that key (the build Job and its plan
   ConfigMap): its own uid is the one the operator recorded in the TritonLLMEngine's status when it
   created it (`buildJobUid`, `buildPlanUid`; users cannot write that status). A Job planted under
@@ -64,6 +66,30 @@ def recorded_uids(engine: Mapping[str, Any] | None) -> frozenset[str]:
 def owner_uids(live: Mapping[str, Any] | None) -> set[str]:
     return {r.get("uid", "") for r in ((live or {}).get("metadata") or {}).get("ownerReferences")
             or []}
+
+
+def mpi_secret_check(
+    body: Mapping[str, Any], obs: Observed, uid: str
+) -> tuple[str | None, str | None]:
+    """The MPI key Secret: (a conflict message, a uid to record). Ours is the one whose uid the
+    deployment's status records (`mpiSecretUid`, written when the operator created it). A
+    deployment reconciled by an older operator, which recorded none, adopts the Secret it
+    controls once its LeaderWorkerSet (created only after that Secret) exists and is ours; a
+    Secret found before the operator created one (a first pass) is never adopted."""
+    live = obs.mpi_secret
+    if live is None:
+        return None, None
+    name = (live.get("metadata") or {}).get("name", "")
+    recorded = ((body.get("status") or {}).get("mpiSecretUid")) or None
+    live_uid = (live.get("metadata") or {}).get("uid")
+    if recorded:
+        if live_uid == recorded and is_ours(live, uid, recorded={recorded}):
+            return None, None
+        return conflict_message("Secret", name, live), None
+    legacy = obs.workload is not None and is_ours(obs.workload, uid)
+    if legacy and is_ours(live, uid) and live_uid:
+        return None, str(live_uid)
+    return conflict_message("Secret", name, live), None
 
 
 def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None) -> str:

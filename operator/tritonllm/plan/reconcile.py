@@ -34,7 +34,13 @@ from .deletion import FINALIZER, finalizers_for, plan_deletion
 from .engine import MAX_BUILD_ATTEMPTS, backoff_seconds, engine_step
 from .gc import collect_garbage
 from .observed import Obj, Observed, unschedulable_message
-from .ownership import conflict_message, conflicts, is_ours, recorded_uids
+from .ownership import (
+    conflict_message,
+    conflicts,
+    is_ours,
+    mpi_secret_check,
+    recorded_uids,
+)
 from .prerequisites import prerequisites_step
 from .repository import repository_step
 from .serving import available, serving_step
@@ -72,6 +78,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
     # by someone else, it would be refused, but the deployment could not start)
     p.create_mpi_secret = obs.mpi_secret_present is False
+    mpi_conflict, mpi_adopted = mpi_secret_check(body, obs, uid)
     # 1-2. the store and the prerequisites
     blocked = prerequisites_step(p, dep, rendered, obs)
     # 3. the engine
@@ -86,7 +93,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
     build = (rendered.build_job.ref, rendered.build_configmap.ref)
-    clash = conflicts(p, obs, uid, build_objects=build)
+    clash = conflicts(p, obs, uid, build_objects=build) + ([mpi_conflict] if mpi_conflict else [])
     if clash:  # touch nothing that is not ours; say what is in the way
         return plan_failed(body, r.NAME_CONFLICT, "; ".join(clash), obs)
     # 6. the status, the Events of its flips, and when to look again
@@ -105,6 +112,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     ]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
+    if mpi_adopted:
+        fields["mpiSecretUid"] = mpi_adopted
     return finish(body, p, conds, obs, fields=fields)
 
 
