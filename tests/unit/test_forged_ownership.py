@@ -250,3 +250,28 @@ def test_every_deployment_waiting_for_a_build_owns_it() -> None:
         assert not any(o["controller"] or o["blockOwnerDeletion"] for o in refs)
     assert len(kube.writes("patch", "Job")) == 1  # added once, not on every pass
     assert len(kube.writes("create", "Job")) == 1  # one build for both
+
+
+def test_a_secret_whose_uid_cannot_be_recorded_is_removed_again() -> None:
+    """An API server that refuses the status field (an old CRD): the Secret it created would
+    read as someone else's on the next pass, so it goes; the pass fails and says why."""
+    body = deployment(spec=MULTI_NODE)
+    kube = world(body)
+    apply_status = kube.apply_status
+
+    async def refuse(obj: Any) -> dict[str, Any]:
+        if "mpiSecretUid" in (obj.body.get("status") or {}):
+            raise KubeError(500, "InternalError", ".status.mpiSecretUid: field not declared in "
+                            "schema")
+        return await apply_status(obj)
+
+    kube.apply_status = refuse  # type: ignore[method-assign]
+    reconcile(kube, "demo")
+    assert ("Secret", NS, "demo-mpi-ssh") not in kube.objects
+    degraded = condition(kube, c.COND_DEGRADED)
+    assert degraded["reason"] == r.API_ERROR and "mpiSecretUid" in degraded["message"]
+    kube.apply_status = apply_status  # type: ignore[method-assign]
+    reconcile(kube, "demo")  # the CRD updated: created again, recorded
+    secret = kube.objects[("Secret", NS, "demo-mpi-ssh")]
+    assert status(kube)["mpiSecretUid"] == secret["metadata"]["uid"]
+    assert condition(kube, c.COND_DEGRADED).get("reason") != r.NAME_CONFLICT

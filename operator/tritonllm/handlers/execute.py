@@ -123,7 +123,17 @@ async def execute(
         # would otherwise read as someone else's), and in the status this pass writes: only
         # the Secret with this uid is ever used.
         recorded = {**(body.get("status") or {}), "mpiSecretUid": created}
-        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
+        try:
+            cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
+        except KubeError as exc:
+            # Unrecorded, it would read as someone else's: remove it (that very one), the
+            # next pass creates it again.
+            secret = naming.mpi_secret_name(dep)
+            try:
+                await kube.delete("v1", "Secret", ns, secret, uid=created)
+            except KubeError as err:
+                logger.warning("could not remove unrecorded Secret/%s: %s", secret, err)
+            raise WriteRefused("record", c.KIND, name, exc) from exc
         if p.status is not None:
             p.status = {**p.status, "mpiSecretUid": created}
     uid = dep.metadata.uid or "" if dep is not None else ""
