@@ -118,24 +118,7 @@ async def execute(
     if p.finalizers is not None:
         await kube.set_finalizers(body, p.finalizers)
     if p.create_mpi_secret and dep is not None:
-        created = await _create_mpi_secret(kube, dep, logger)
-        # Recorded in the status at once (should a later write of this pass fail, the Secret
-        # would otherwise read as someone else's), and in the status this pass writes: only
-        # the Secret with this uid is ever used.
-        recorded = {**(body.get("status") or {}), "mpiSecretUid": created}
-        try:
-            cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
-        except KubeError as exc:
-            # Unrecorded, it would read as someone else's: remove it (that very one), the
-            # next pass creates it again.
-            secret = naming.mpi_secret_name(dep)
-            try:
-                await kube.delete("v1", "Secret", ns, secret, uid=created)
-            except KubeError as err:
-                logger.warning("could not remove unrecorded Secret/%s: %s", secret, err)
-            raise WriteRefused("record", c.KIND, name, exc) from exc
-        if p.status is not None:
-            p.status = {**p.status, "mpiSecretUid": created}
+        await _mpi_secret(kube, cache, body, dep, p, logger)
     uid = dep.metadata.uid or "" if dep is not None else ""
     await _apply(kube, cache, p, ns, uid, logger)
     await _create(kube, cache, p, ns, engine_key, logger)
@@ -252,6 +235,35 @@ async def _add_owner(kube: Kube, p: Plan, dep: TritonLLMDeployment, logger: Logg
                 continue  # gone meanwhile: the next pass creates it
             raise WriteRefused("patch", kind, name, exc) from exc
         logger.info("%s/%s is also owned by this deployment", kind, name)
+
+
+async def _mpi_secret(
+    kube: Kube,
+    cache: Cache,
+    body: Mapping[str, Any],
+    dep: TritonLLMDeployment,
+    p: Plan,
+    logger: Logger,
+) -> None:
+    """Create the MPI key Secret and record its uid in the status at once (should a later write
+    of this pass fail, the Secret would otherwise read as someone else's) and in the status
+    this pass writes: only the Secret with this uid is ever used."""
+    created = await _create_mpi_secret(kube, dep, logger)
+    ns, name = dep.namespace, dep.name
+    recorded = {**(body.get("status") or {}), "mpiSecretUid": created}
+    try:
+        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
+    except KubeError as exc:
+        # Unrecorded, it would read as someone else's: remove it (that very one); the next
+        # pass creates it again.
+        secret = naming.mpi_secret_name(dep)
+        try:
+            await kube.delete("v1", "Secret", ns, secret, uid=created)
+        except KubeError as err:
+            logger.warning("could not remove unrecorded Secret/%s: %s", secret, err)
+        raise WriteRefused("record", c.KIND, name, exc) from exc
+    if p.status is not None:
+        p.status = {**p.status, "mpiSecretUid": created}
 
 
 async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> str:
