@@ -283,6 +283,18 @@ INVALID: list[Invalid] = [
         says="must not set value",
     ),
     Invalid(
+        "pod-label-the-operator-writes",
+        cr({"podTemplate": {"labels": {"tritonllm.io/engine-key": "0123456789abcdef"}}}),
+        "podTemplate.labels",
+        says="set by the operator",
+    ),
+    Invalid(
+        "pod-annotation-the-operator-writes",
+        cr({"podTemplate": {"annotations": {"tritonllm.io/spec-hash": "x"}}}),
+        "podTemplate.annotations",
+        says="set by the operator",
+    ),
+    Invalid(
         "annotation-of-one-megabyte",
         cr({"podTemplate": {"annotations": {"note": "x" * (1 << 20)}}}),
         "podTemplate.annotations.note",

@@ -314,3 +314,55 @@ def test_two_replicas_the_survivor_takes_over_a_build(
         assert survivor.metric("tritonllm_api_calls_total", verb="apply", kind=status) > 0
     print(f"\n[fault] acting replica stopped mid-build: the other finished it in {took} s")
     assert len(build_jobs(cluster, namespace)) == 1
+
+
+def test_a_refused_finalizer_release_is_retried_until_it_succeeds(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """engineRetention Delete: while a ValidatingAdmissionPolicy refuses every update of the
+    deployment, the pass that sees its deletion cannot release the finalizer. Once the policy is
+    gone the object goes, with no further event on it: the release is retried with the capped
+    backoff (it used to be forgotten, and the object stayed Terminating)."""
+    prepare_namespace(cluster, namespace)
+    name = "fin"
+    policy = f"keep-finalizer-{namespace}"[:63]
+    with run_operator(cluster, namespace, tmp_path) as op:
+        cluster.apply([small(name, namespace, storage={"engineRetention": "Delete"})])
+        obj = wait_ready(cluster, namespace, name)
+        assert obj["metadata"].get("finalizers")
+        cluster.apply([
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+             "metadata": {"name": policy},
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{
+                          "apiGroups": ["tritonllm.io"], "apiVersions": ["*"],
+                          "operations": ["UPDATE"], "resources": ["tritonllmdeployments"]}]},
+                      "validations": [{"expression": f"object.metadata.name != '{name}'",
+                                       "message": "updates of fin are refused for this test"}]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1",
+             "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+             "spec": {"policyName": policy, "validationActions": ["Deny"],
+                      "matchResources": {"namespaceSelector": {"matchLabels": {
+                          "kubernetes.io/metadata.name": namespace}}}}},
+        ])
+        try:
+            wait_for(lambda: cluster.kubectl(
+                "annotate", "tllm", name, "-n", namespace, "probe=1", "--dry-run=server",
+                check=False).returncode != 0, timeout=30, interval=0.5,
+                what="admission policy in force")
+            errors = op.metric("tritonllm_reconciles_total", result="error")
+            cluster.kubectl("delete", "tllm", name, "-n", namespace, "--wait=false")
+            wait_for(lambda: op.metric("tritonllm_reconciles_total", result="error")
+                     >= errors + 2, timeout=30, what="two refused finalizer releases")
+            live = get_cr(cluster, namespace, name)
+            assert live["metadata"].get("deletionTimestamp") and live["metadata"]["finalizers"]
+        finally:
+            cluster.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                            policy, check=False)
+        released = time.monotonic()
+        wait_for(lambda: cluster.kubectl("get", "tllm", name, "-n", namespace,
+                                         check=False).returncode != 0,
+                 timeout=90, what="the deployment deleted once the policy is gone")
+        assert op.proc.poll() is None
+    print(f"\n[fault] finalizer release refused, then allowed: deleted "
+          f"{time.monotonic() - released:.1f} s after the policy went")

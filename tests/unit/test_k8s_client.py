@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import json
+import logging
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,16 @@ from aiohttp import web
 
 from tritonllm.api import constants as c
 from tritonllm.k8s import auth
-from tritonllm.k8s.client import API_CALLS, Kube, KubeError
+from tritonllm.k8s.client import (
+    API_CALLS,
+    API_THROTTLED,
+    MAX_THROTTLED_RETRIES,
+    RETRY_AFTER_DEFAULT_SECONDS,
+    RETRY_AFTER_MAX_SECONDS,
+    Kube,
+    KubeError,
+    retry_after_seconds,
+)
 from tritonllm.render import Manifest
 
 CM = Manifest.of({"apiVersion": "v1", "kind": "ConfigMap",
@@ -190,3 +202,98 @@ def test_waiting_requests_that_converge_go_before_those_that_report(tmp_path: Pa
     # ...but the deletion (it makes the cluster converge) is served before the status and Event.
     assert order == [("PATCH", "cm"), ("DELETE", "old"), ("PATCH", "status"),
                      ("POST", "events")]
+
+
+class Throttling:
+    """An API server that answers 429 Too Many Requests with `retry_after` to the first
+    `throttled` requests, then 200."""
+
+    def __init__(self, throttled: int, retry_after: str | None) -> None:
+        self.throttled = throttled
+        self.retry_after = retry_after
+        self.times: list[float] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.times.append(time.monotonic())
+        if len(self.times) <= self.throttled:
+            headers = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+            return web.json_response(
+                {"kind": "Status", "reason": "TooManyRequests", "message": "too many requests"},
+                status=429, headers=headers)
+        return web.json_response({"ok": True})
+
+
+async def serve_throttling(server: Throttling) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def test_a_429_is_sent_again_after_its_retry_after(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Throttling(throttled=1, retry_after="1")
+    throttled = API_THROTTLED.labels("apply", "ConfigMap")
+
+    async def main() -> Any:
+        runner, url = await serve_throttling(server)
+        kube = Kube.from_kubeconfig(str(kubeconfig(tmp_path, url, {})))
+        try:
+            return await kube.apply(CM)
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    before = throttled._value.get()
+    with caplog.at_level(logging.WARNING, logger="tritonllm.k8s.client"):
+        assert asyncio.run(main()) == {"ok": True}
+    assert len(server.times) == 2
+    assert server.times[1] - server.times[0] >= 1.0  # the header's second, honoured
+    assert throttled._value.get() == before + 1  # tritonllm_api_throttled_total
+    assert "429 Too Many Requests" in caplog.text and "in 1.0 s" in caplog.text
+
+
+def test_a_request_throttled_every_time_fails_after_the_last_retry(tmp_path: Path) -> None:
+    server = Throttling(throttled=100, retry_after="0")
+
+    async def main() -> None:
+        runner, url = await serve_throttling(server)
+        kube = Kube.from_kubeconfig(str(kubeconfig(tmp_path, url, {})))
+        try:
+            with pytest.raises(KubeError) as exc:
+                await kube.create(CM)
+            assert (exc.value.status, exc.value.reason) == (429, "TooManyRequests")
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert len(server.times) == 1 + MAX_THROTTLED_RETRIES
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("1", 1.0),
+        ("2.5", 2.5),
+        ("0", 0.0),
+        ("-3", 0.0),
+        ("3600", RETRY_AFTER_MAX_SECONDS),
+        ("1e999", RETRY_AFTER_MAX_SECONDS),
+        ("nan", RETRY_AFTER_DEFAULT_SECONDS),
+        (None, RETRY_AFTER_DEFAULT_SECONDS),
+        ("", RETRY_AFTER_DEFAULT_SECONDS),
+        ("soon", RETRY_AFTER_DEFAULT_SECONDS),
+        ("Sun, 22 Nov 2026 09:00:07 GMT", 7.0),
+        ("Sun, 22 Nov 2026 08:59:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_is_read_and_bounded(header: str | None, seconds: float) -> None:
+    now = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
+    assert retry_after_seconds(header, now=now) == pytest.approx(seconds)

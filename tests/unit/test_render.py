@@ -199,7 +199,8 @@ def test_network_policy_opens_the_serving_ports_to_the_namespace_and_named_sourc
     np = r.network_policy
     assert np is not None and np.name == r.service.name
     spec = np["spec"]
-    assert spec["podSelector"]["matchLabels"] == r.workload["spec"]["selector"]["matchLabels"]
+    labels = r.workload["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= labels.items()
     assert spec["policyTypes"] == ["Ingress"]
     (rule,) = spec["ingress"]  # one node: no traffic between serving pods is needed
     assert sorted(p["port"] for p in rule["ports"]) == [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
@@ -213,8 +214,10 @@ def test_network_policy_multi_node_lets_only_the_deployments_pods_reach_sshd_and
     r = render_all(dep({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}))
     serving, group = r.network_policy["spec"]["ingress"]
     assert "ports" not in group  # sshd and the ports MPI/NCCL choose at run time
-    assert group["from"] == [{"podSelector": {"matchLabels": {
-        c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "demo", c.LABEL_COMPONENT: "server"}}}]
+    assert group["from"] == [{"podSelector": {
+        "matchLabels": {c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "demo"},
+        "matchExpressions": [{"key": c.LABEL_COMPONENT, "operator": "In",
+                              "values": ["server", "worker"]}]}}]
     assert c.MPI_SSH_PORT not in [p["port"] for p in serving["ports"]]
 
 

@@ -19,8 +19,15 @@ from tests.fake_kube import FakeKube
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.api.settings import OperatorSettings
-from tritonllm.handlers.reconciler import ERROR_REQUEUE_SECONDS, Reconciler
+from tritonllm.handlers.reconciler import (
+    ERROR_REQUEUE_SECONDS,
+    MAX_ERROR_REQUEUE_SECONDS,
+    Reconciler,
+    error_backoff_seconds,
+)
 from tritonllm.handlers.schedule import Schedule
+from tritonllm.k8s.client import KubeError
+from tritonllm.plan.deletion import FINALIZER
 from tritonllm.plan.engine import MIN_REQUEUE_SECONDS, backoff_seconds
 from tritonllm.plan.status import PROGRESS_REQUEUE_SECONDS
 from tritonllm.render import naming, render_all
@@ -208,3 +215,114 @@ def test_what_came_due_while_paused_fires_when_the_replica_resumes() -> None:
 
     run_virtual(main)
     assert fired == [(5.0, "early"), (100.0, "late")]
+
+
+@pytest.mark.parametrize(
+    ("failures", "delay"),
+    [(1, ERROR_REQUEUE_SECONDS), (2, 2 * ERROR_REQUEUE_SECONDS), (6, 160.0),
+     (10, MAX_ERROR_REQUEUE_SECONDS), (2000, MAX_ERROR_REQUEUE_SECONDS),
+     (10**6, MAX_ERROR_REQUEUE_SECONDS)],
+)
+def test_the_error_backoff_is_capped_for_any_count_of_failures(
+    failures: int, delay: float
+) -> None:
+    """2 ** (failures - 1) as a float overflows after ~1,025 failures (OverflowError ended the
+    object's reconciles for good): the delay is capped at 5 minutes whatever the count."""
+    assert error_backoff_seconds(failures) == delay
+    assert MAX_ERROR_REQUEUE_SECONDS == 300.0
+
+
+def test_a_pass_failing_for_the_2000th_time_still_schedules_the_next() -> None:
+    kube, _ = failed_build_world()
+
+    async def fail(*_: Any, **__: Any) -> None:
+        raise KubeError(500, "InternalError", "etcd is sad")
+
+    kube.apply_status = fail  # type: ignore[method-assign]
+    settings = OperatorSettings(resync_seconds=RESYNC * 10, check_gpu_nodes=False)
+
+    async def main() -> None:
+        r = Reconciler(kube, settings, kube.cache(), clock=lambda: T0)
+        r._failures[("default", "demo")] = 1999  # a long outage already
+        r.request("default", "demo")
+        await r.wait_idle()
+        assert r.next_reconcile_in("default", "demo") == pytest.approx(MAX_ERROR_REQUEUE_SECONDS)
+
+    run_virtual(main)
+
+
+class FailingFinalizerPatches(FakeKube):
+    """The API server refuses the first `failures` finalizer patches (e.g. 409 after a concurrent
+    update, or unavailable)."""
+
+    def __init__(self, objects: list[dict[str, Any]], failures: int) -> None:
+        super().__init__(objects)
+        self.failures = failures
+        self.attempts: list[float] = []
+
+    async def set_finalizers(self, obj: Any, finalizers: Any) -> None:
+        self.attempts.append(asyncio.get_running_loop().time())
+        if len(self.attempts) <= self.failures:
+            self._record("patch", obj["kind"], obj["metadata"]["name"])
+            raise KubeError(503, "ServiceUnavailable", "the server is currently unable")
+        await super().set_finalizers(obj, finalizers)
+
+
+def terminating_deployment() -> dict[str, Any]:
+    return cr(
+        {"storage": {"engineRetention": "Delete"}},
+        metadata={"name": "gone", "namespace": "default", "generation": 1,
+                  "finalizers": ["other/keep", FINALIZER],
+                  "deletionTimestamp": "2026-11-22T09:00:00Z"},
+        status={"engine": {"key": "0123456789abcdef"}},
+    )
+
+
+def test_a_failed_finalizer_removal_is_retried_with_the_capped_backoff() -> None:
+    """Before, the pass that saw the deletion forgot the object first, so a failed patch was
+    never retried (Terminating until some unrelated event)."""
+    failures = 3
+    kube = FailingFinalizerPatches([terminating_deployment()], failures)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        r = reconciler(kube)
+        stopped = Never()
+        daemon = asyncio.create_task(r.schedule.run(stopped))
+        r.request("default", "gone")  # the watch event of the deletion
+        await asyncio.sleep(200)
+        await r.wait_idle()
+        seen["due"] = r.next_reconcile_in("default", "gone")
+        stopped.stopped = True
+        r.schedule.stop()
+        await daemon
+
+    run_virtual(main)
+    # Retried after 5, 10 and 20 s (the error backoff), released on the fourth try.
+    assert kube.attempts == pytest.approx([0.0, 5.0, 15.0, 35.0])
+    live = kube.objects[(c.KIND, "default", "gone")]
+    assert live["metadata"]["finalizers"] == ["other/keep"]  # only ours was removed
+    assert seen["due"] is None  # released: nothing more is scheduled for it
+
+
+def test_finalizer_retries_never_wait_longer_than_the_cap() -> None:
+    failures = 12  # 5 s * 2**11 uncapped: almost three hours before the last try
+    kube = FailingFinalizerPatches([terminating_deployment()], failures)
+
+    async def main() -> None:
+        r = reconciler(kube)
+        stopped = Never()
+        daemon = asyncio.create_task(r.schedule.run(stopped))
+        r.request("default", "gone")
+        await asyncio.sleep(3600)
+        await r.wait_idle()
+        stopped.stopped = True
+        r.schedule.stop()
+        await daemon
+
+    run_virtual(main)
+    gaps = [b - a for a, b in zip(kube.attempts, kube.attempts[1:], strict=False)]
+    assert len(kube.attempts) == failures + 1
+    assert gaps == pytest.approx([error_backoff_seconds(n) for n in range(1, failures + 1)])
+    assert max(gaps) == MAX_ERROR_REQUEUE_SECONDS
+    assert kube.objects[(c.KIND, "default", "gone")]["metadata"]["finalizers"] == ["other/keep"]

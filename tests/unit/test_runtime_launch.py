@@ -20,7 +20,8 @@ import pytest
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
 from tests.helpers import render_example
 from tritonllm.render.mpi import ssh_key_pairs
-from tritonllm.runtime import common, launch, ssh
+from tritonllm.runtime import build as build_module
+from tritonllm.runtime import common, launch, ssh, verified
 from tritonllm.triton.launch import MpiSsh, rsh_agent
 
 __all__ = ["image", "pyz"]  # fixtures
@@ -642,3 +643,208 @@ def test_engine_files_hash_in_parallel_to_the_same_digests(tmp_path: Path) -> No
         paths.append(p)
     assert files_sha256(paths) == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
     assert files_sha256(paths[:1]) == [hashlib.sha256(paths[0].read_bytes()).hexdigest()]
+
+
+# --- verified once per artifact digest (tritonllm.runtime.verified) ----------------------------
+
+
+def verified_line(log: str) -> str:
+    (line,) = [x for x in log.splitlines() if "event=verified" in x]
+    return line
+
+
+def marker_of(plan: dict[str, Any]) -> Path:
+    _, digest = common.read_artifact(Path(plan["engineDir"]))
+    return verified.marker_path(Path(plan["engineDir"]), digest)
+
+
+def test_the_build_verifies_the_engine_once_and_serving_pods_skip_the_full_hash(
+    image: FakeImage,
+) -> None:
+    plan, path = built(image, "llama2-7b-tp4")
+    marker = marker_of(plan)
+    assert marker.is_file()  # written by the build, next to the engine, keyed by the digest
+    _, digest = common.read_artifact(Path(plan["engineDir"]))
+    for _ in range(2):  # every pod after it, too
+        code, log = run_launch(image, path)
+        assert code == 0, log
+        line = verified_line(log)
+        assert "hashed=false" in line and f"digest={digest}" in line, line
+        assert f"engine verified earlier (digest {digest[:16]}" in line
+        assert "by the build), skipped full hash of 5 files, 0.00 GiB in" in line
+
+
+def test_an_engine_without_a_marker_is_hashed_in_full_and_the_time_is_logged(
+    image: FakeImage,
+) -> None:
+    """An engine built before the marker existed: every pod hashes it, as before (a serving pod
+    mounts the store read-only and writes no marker)."""
+    plan, path = ready(image, "llama2-7b-tp4")
+    for _ in range(2):
+        code, log = run_launch(image, path)
+        assert code == 0, log
+        line = verified_line(log)
+        assert "hashed=true" in line and "engine verified: 5 files, 0.00 GiB in " in line, line
+        assert "full hash: no earlier verification of this artifact.json" in line
+    assert not (Path(plan["engineDir"]) / common.STATE_DIR).exists()
+
+
+def test_a_file_altered_after_the_marker_is_hashed_and_refused_even_with_its_mtime_restored(
+    image: FakeImage,
+) -> None:
+    """The marker holds each file's ctime, which no file API sets back: restoring size and mtime
+    does not make an altered file look verified."""
+    plan, path = built(image, "llama2-7b-tp4")
+    rank1 = Path(plan["engineDir"]) / "rank1.engine"
+    st = rank1.stat()
+    time.sleep(0.05)
+    rank1.write_bytes(b"evil engine")  # same size as the fake engine
+    os.utime(rank1, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert rank1.stat().st_size == st.st_size and rank1.stat().st_mtime_ns == st.st_mtime_ns
+    code, log = run_launch(image, path)
+    assert code == common.EXIT_MISMATCH, log
+    assert "rank1.engine has another sha256 than the build recorded" in log
+    assert not image.calls("mpirun")
+
+
+def test_a_rewritten_artifact_json_does_not_reuse_the_marker(image: FakeImage) -> None:
+    plan, path = built(image, "llama2-7b-tp4")
+    artifact_path = Path(plan["engineDir"]) / common.ARTIFACT
+    artifact_path.write_text(json.dumps(json.loads(artifact_path.read_text())))  # other bytes
+    code, log = run_launch(image, path)
+    assert code == 0, log
+    assert "hashed=true" in verified_line(log)
+    assert "no earlier verification of this artifact.json" in verified_line(log)
+
+
+def test_a_rerun_build_over_a_complete_engine_writes_the_missing_marker(image: FakeImage) -> None:
+    plan, path = built(image, "llama2-7b-tp4")
+    marker = marker_of(plan)
+    marker.unlink()  # as an engine built before markers existed
+    build: dict[str, Any] = relocate(render_example("llama2-7b-tp4").build_plan, image.root)
+    out = image.tritonllm(
+        "build", "--plan", str(write_plan(image.root / "etc/build.json", build)),
+        env=image.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"]),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "event=cached" in out.stdout and "engine verified: 5 files" in out.stdout
+    assert marker.is_file()
+    assert "hashed=false" in verified_line(run_launch(image, path)[1])
+
+
+def engine_dir(tmp_path: Path) -> tuple[Path, dict[str, Any], str]:
+    """An engine with artifact.json and the build's verification marker."""
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "config.json").write_text("{}")
+    for r in range(3):
+        (engine / f"rank{r}.engine").write_bytes(bytes([r]) * 1000)
+    (engine / common.ARTIFACT).write_text(json.dumps({"files": common.engine_checksums(engine)}))
+    artifact, digest = common.read_artifact(engine)
+    names = common.engine_file_paths(engine)
+    verified.write_marker(engine, digest, verified.fingerprints(engine, names), by="build")
+    return engine, artifact, digest
+
+
+def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    hashed: list[Path] = []
+    real = common.file_sha256
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(common, "file_sha256", counting)
+    return hashed
+
+
+def test_a_matching_marker_means_no_engine_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, artifact, digest = engine_dir(tmp_path)
+    hashed = count_hashes(monkeypatch)
+    result = verified.verify_engine(engine, artifact, digest)
+    assert not result.hashed and hashed == []
+    assert (result.files, result.bytes) == (4, 3002)
+    assert result.message.startswith(f"engine verified earlier (digest {digest[:16]}, at ")
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda e: (e / "rank2.engine").write_bytes(b"\x02" * 1000), "rank2.engine changed"),
+        (lambda e: _replace_same(e / "rank0.engine"), "rank0.engine changed"),
+        (lambda e: _forge(e, lambda m: m["files"].pop("rank1.engine")),
+         "verification marker is not this artifact's"),
+        (lambda e: _forge(e, lambda m: m.update(artifactDigest="0" * 64)),
+         "verification marker is not this artifact's"),
+        (lambda e: _forge(e, lambda m: m["files"]["rank1.engine"].__setitem__(2, 1)),
+         "rank1.engine changed"),
+    ],
+    ids=["rewritten", "replaced", "marker-missing-a-file", "marker-of-another-digest",
+         "marker-with-another-ctime"],
+)
+def test_any_difference_from_the_marker_means_a_full_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: Any, why: str
+) -> None:
+    engine, artifact, digest = engine_dir(tmp_path)
+    time.sleep(0.02)  # past the timestamp granularity of the marker's stat
+    change(engine)
+    hashed = count_hashes(monkeypatch)
+    result = verified.verify_engine(engine, artifact, digest)  # same content: accepted
+    assert result.hashed and len(hashed) == 4 and why in result.why
+    assert result.message.startswith("engine verified: 4 files, 0.00 GiB in ")
+
+
+def test_a_file_added_next_to_a_marked_engine_is_refused(tmp_path: Path) -> None:
+    engine, artifact, digest = engine_dir(tmp_path)
+    (engine / "plugin.so").write_bytes(b"\x7fELF")
+    with pytest.raises(common.Failure, match=r"plugin\.so not written by the build"):
+        verified.verify_engine(engine, artifact, digest)
+
+
+def test_the_build_writes_no_marker_when_a_file_changes_while_it_is_hashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    config = {"pretrained_config": {"mapping": {"tp_size": 1, "pp_size": 1}}}
+    (engine / "config.json").write_text(json.dumps(config))
+    (engine / "rank0.engine").write_bytes(b"engine")
+    real = build_module.engine_checksums
+
+    def racing(path: Path) -> Any:
+        out = real(path)
+        time.sleep(0.02)
+        (engine / "rank0.engine").write_bytes(b"ENGINE")  # written while being hashed
+        return out
+
+    monkeypatch.setattr(build_module, "engine_checksums", racing)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    build = build_module.Builder({"engineKey": "k", "engineDir": str(engine), "weightsDir":
+                                str(tmp_path / "w"), "tensorParallel": 1, "pipelineParallel": 1,
+                                "steps": []})
+    build._write_artifact(1.0)
+    assert (engine / common.ARTIFACT).is_file()
+    assert not list((engine / common.STATE_DIR).glob("verified-*.json"))
+    monkeypatch.setattr(build_module, "engine_checksums", real)
+    build._write_artifact(1.0)
+    _, digest = common.read_artifact(engine)
+    assert [p.name for p in (engine / common.STATE_DIR).glob("verified-*.json")] == [
+        f"verified-{digest}.json"]
+
+
+def _replace_same(path: Path) -> None:
+    """The same bytes and mtime in a new file (another inode) renamed over the old one."""
+    st = path.stat()
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(path.read_bytes())
+    os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+    tmp.replace(path)
+
+
+def _forge(engine: Path, edit: Any) -> None:
+    (marker,) = (engine / common.STATE_DIR).glob("verified-*.json")
+    data = json.loads(marker.read_text())
+    edit(data)
+    marker.write_text(json.dumps(data))

@@ -46,6 +46,17 @@ COMPONENT_STORE: Final = "model-store"
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"
 
+# Pod label and annotation keys that only the operator writes: which engine and repository a pod
+# runs (read back from the workload's pod template), the spec hash of an object and the engine's
+# TensorRT-LLM version. podTemplate.labels and podTemplate.annotations may not use them.
+OPERATOR_POD_KEYS: Final = (
+    LABEL_ENGINE_KEY,
+    LABEL_REPO_KEY,
+    LABEL_DEPLOYMENT,
+    ANNOTATION_SPEC_HASH,
+    ANNOTATION_TRTLLM_VERSION,
+)
+
 # --- well-known Kubernetes keys -----------------------------------------------------------
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"

@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
+from . import constants as c
 from .base import ApiModel, Rule
 from .topology import Topology
 
@@ -528,9 +529,10 @@ class NetworkPolicySpec(ApiModel):
     network plugin enforces NetworkPolicy)."""
 
     enabled: bool = True
-    """Render a NetworkPolicy: the serving ports (HTTP, gRPC, metrics) are reachable from pods
-    of the deployment's namespace and from the sources below only; multi-node, sshd and MPI
-    traffic is allowed only between the serving pods of this deployment. Set false when
+    """Render a NetworkPolicy over every serving pod (multi-node: the leaders and the
+    workers): the serving ports (HTTP, gRPC, metrics) are reachable from pods of the
+    deployment's namespace and from the sources below only; multi-node, every other port (sshd,
+    MPI, NCCL) is open only between the deployment's own leader and worker pods. Set false when
     another tool manages the namespace's policies."""
     fromNamespaces: list[DnsLabel] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
     """Other namespaces whose pods may reach the serving ports (an ingress gateway's,
@@ -575,6 +577,19 @@ class EnvVar(ApiModel):
     """Variable value."""
 
 
+_OPERATOR_KEYS_CEL = "[" + ", ".join(f"'{k}'" for k in c.OPERATOR_POD_KEYS) + "]"
+
+
+def _operator_keys_rule(field: str) -> Rule:
+    """podTemplate.labels/annotations may not set the keys only the operator writes."""
+    return Rule(
+        cel=f"!has(self.{field}) || self.{field}.all(k, !(k in {_OPERATOR_KEYS_CEL}))",
+        message=f"{', '.join(c.OPERATOR_POD_KEYS)} are set by the operator; remove them",
+        check=lambda s: not set(getattr(s, field)) & set(c.OPERATOR_POD_KEYS),
+        field=field,
+    )
+
+
 class PodTemplate(ApiModel):
     """Pod-level settings shared by the build Job and the serving pods."""
 
@@ -601,9 +616,16 @@ class PodTemplate(ApiModel):
     priorityClassName: DnsSubdomain | None = None
     """Priority class for the pods."""
     annotations: AnnotationMap = Field(default_factory=dict)
-    """Extra pod annotations (at most 32, values up to 4096 characters)."""
+    """Extra annotations of every pod the operator renders (at most 32, values up to 4096
+    characters). Any key is copied except that the operator's own keys are protected: the
+    tritonllm.io keys it writes (engine-key, repository-key, deployment, spec-hash,
+    trtllm-version) are refused, and the annotations it sets itself (prometheus.io/scrape, port
+    and path on the serving pods) keep the operator's values."""
     labels: LabelMap = Field(default_factory=dict)
-    """Extra pod labels (the operator's own labels win)."""
+    """Extra labels of every pod the operator renders. The tritonllm.io keys the operator writes
+    (engine-key, repository-key, deployment) are refused, and the labels it sets itself
+    (app.kubernetes.io/name, instance, component and managed-by, which the Service,
+    the workload's selector and the NetworkPolicy select on) keep the operator's values."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables."""
     runAsUser: int = Field(default=1000, ge=0)
@@ -614,6 +636,11 @@ class PodTemplate(ApiModel):
     """Mount the containers' root filesystems read-only. /tmp (also HOME and TMPDIR) is a
     writable emptyDir, /dev/shm a memory emptyDir and the store a PVC; false only for an image
     that must write elsewhere."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _operator_keys_rule("labels"),
+        _operator_keys_rule("annotations"),
+    )
 
 
 class TritonLLMDeploymentSpec(ApiModel):
@@ -752,6 +779,7 @@ RULE_SITES: dict[str, type[ApiModel]] = {
     "spec.serving": ServingSpec,
     "spec.storage": StorageSpec,
     "spec.autoscaling": AutoscalingSpec,
+    "spec.podTemplate": PodTemplate,
 }
 
 

@@ -45,6 +45,17 @@ class EngineStatus(ApiModel):
     """Name of the build Job, while one exists."""
 
 
+class RepositoryStatus(ApiModel):
+    """A model repository revision the operator wrote."""
+
+    key: str
+    """Repository key: a content hash of the rendered repository and launch plan."""
+    path: str
+    """Its directory on the model store."""
+    claimName: str
+    """The model-store claim it was written to."""
+
+
 class TritonLLMDeploymentStatus(ApiModel):
     """Observed state of a TritonLLMDeployment."""
 
@@ -54,6 +65,10 @@ class TritonLLMDeploymentStatus(ApiModel):
     """The metadata.generation the operator last acted on."""
     engine: EngineStatus | None = None
     """The current engine."""
+    repository: RepositoryStatus | None = None
+    """The model repository revision last written (its Job completed). Trusted once that Job
+    is gone (its ttlSecondsAfterFinished is one day), so a Ready deployment stays Ready; a
+    spec change that renders another revision writes it again."""
     previousEngine: EngineStatus | None = None
     """The engine served before the last engine change (kept on the store for rollback)."""
     replicas: int | None = None

@@ -128,7 +128,7 @@ class ArgoCD:
         if not redis:
             raise ClusterError(
                 "redis-server is not on PATH (Argo CD's cache): "
-                "apt-get install redis-server (scripts/test does)"
+                "apt-get install redis-server (the README commands do)"
             )
         if not shutil.which("git"):
             raise ClusterError("git is not on PATH (Argo CD's repo server runs it)")

@@ -447,7 +447,7 @@ def _build_runc(component: Component, log: Path, progress: Progress) -> None:
     if not Path("/usr/include/seccomp.h").is_file():
         raise BuildError(
             "libseccomp headers missing (needed to build runc with seccomp): "
-            "apt-get install libseccomp-dev (scripts/test does)"
+            "apt-get install libseccomp-dev (the README commands do)"
         )
     ldflags = f"-s -w -X main.version={component.version.removeprefix('v')}"
     package = "github.com/opencontainers/runc"

@@ -64,7 +64,7 @@ def check_host() -> None:
     """Raise HostError naming the first thing missing for a real node (and how to get it)."""
     if os.geteuid() != 0:
         raise HostError("a real node needs root (containers, bridges, iptables, cgroups)")
-    apt = "apt-get install containernetworking-plugins iptables (scripts/test does)"
+    apt = "apt-get install containernetworking-plugins iptables (the README commands do)"
     missing = [p for p in CNI_PLUGINS if not (CNI_BIN_DIR / p).is_file()]
     if missing:
         raise HostError(f"CNI plugins {missing} not in {CNI_BIN_DIR}: {apt}")

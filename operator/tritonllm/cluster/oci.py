@@ -77,7 +77,7 @@ def require_tool(name: str, package: str) -> str:
     path = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else "")
     if not path:
         raise ToolMissing(
-            f"`{name}` is not installed: apt-get install {package} (scripts/test installs it)"
+            f"`{name}` is not installed: apt-get install {package} (the README commands do)"
         )
     return path
 

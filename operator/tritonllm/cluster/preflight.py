@@ -164,7 +164,8 @@ def disk_problem(cache: Path) -> str | None:
 def root_problem(uid: int) -> str | None:
     if uid != 0:
         return ("the real node needs root (containers, bridges, iptables, cgroups): run as root, "
-                "or leave it out with `scripts/demo --no-real-node` (tests: TRITONLLM_TEST_REAL_NODE=0 scripts/test)")
+                "or leave it out with `scripts/demo --no-real-node` "
+                "(tests: TRITONLLM_TEST_REAL_NODE=0 scripts/test)")
     return None
 
 

@@ -8,7 +8,10 @@ it does not matter which event triggered it (level-based).
 When to look again without an event: every pass ends by scheduling the object's next reconcile
 (tritonllm.handlers.schedule), at the plan's `requeue_after` (a backoff running out, a build or
 rollout under way, a missing prerequisite) or else one resync period later; a failed pass is
-retried with a growing delay. The schedule runs only while this replica acts (peering).
+retried with a growing delay, capped at MAX_ERROR_REQUEUE_SECONDS (error_backoff_seconds). The
+pass that sees a deletion releases our finalizer; if that write fails, it is retried the same way
+(the object is forgotten only once the finalizer is gone). The schedule runs only while this
+replica acts (peering).
 """
 
 from __future__ import annotations
@@ -43,9 +46,18 @@ Key = tuple[str, str]
 Logger = logging.LoggerAdapter[Any]
 
 PASSES_PER_CLIENT_SLOT = 2
-# A failed pass is retried after this many seconds, doubling per consecutive failure (up to the
-# resync period).
+# A failed pass is retried after this many seconds, doubling per consecutive failure, up to
+# MAX_ERROR_REQUEUE_SECONDS (and never later than the resync period).
 ERROR_REQUEUE_SECONDS = 5.0
+MAX_ERROR_REQUEUE_SECONDS = 300.0
+
+
+def error_backoff_seconds(failures: int) -> float:
+    """The delay before retrying a pass that failed `failures` times in a row: 5 s, 10 s, 20 s,
+    ... up to 5 minutes, for any count (the exponent is bounded: 2.0 ** 1024 overflows a float,
+    which once ended an object's reconciles for good after ~1,025 failures)."""
+    doublings = min(max(failures - 1, 0), 32)  # 5 s * 2**32 is far beyond the cap
+    return min(MAX_ERROR_REQUEUE_SECONDS, ERROR_REQUEUE_SECONDS * 2.0**doublings)
 
 
 class Reconciler:
@@ -143,7 +155,7 @@ class Reconciler:
             RECONCILE_SECONDS.observe(time.monotonic() - started)
         RECONCILES.labels("error").inc()
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        return float(ERROR_REQUEUE_SECONDS * 2 ** (failures - 1))
+        return error_backoff_seconds(failures)
 
     async def _pass(self, namespace: str, name: str, logger: Logger) -> float | None:
         body = self.cache.get(c.KIND, namespace, name)
@@ -151,9 +163,11 @@ class Reconciler:
             self.forget(namespace, name)
             return None
         if body["metadata"].get("deletionTimestamp"):
-            self.forget(namespace, name)
             if FINALIZER in (body["metadata"].get("finalizers") or []):
+                # A failure raises: the object stays known and the pass is retried with the
+                # error backoff until the finalizer is released (else it stays Terminating).
                 await self._finalize(body, logger)
+            self.forget(namespace, name)
             return None
         return await self._reconcile(body, logger)
 
@@ -251,7 +265,10 @@ class Reconciler:
 
     async def _finalize(self, body: dict[str, Any], logger: Logger) -> None:
         """engineRetention Delete: forget the engine if no other deployment uses it, then release
-        the finalizer — in this pass, even if forgetting failed (deletion is never blocked)."""
+        the finalizer — in this pass, even if forgetting failed (deletion is never blocked). If
+        releasing it fails (a conflict, the API server unavailable, throttled), the KubeError
+        ends the pass and it is retried with the error backoff; forgetting again is harmless
+        (the record is already gone, the cleanup Job already exists)."""
         meta = body["metadata"]
         key = ((body.get("status") or {}).get("engine") or {}).get("key")
         users = self.cache.deployments_using(meta["namespace"], key) if key else []

@@ -6,6 +6,13 @@ tritonllm.render built (Manifests); every write is a server-side apply with fiel
 by verb and kind, so "a reconcile of an unchanged object writes nothing" is measurable. Not the
 `kubernetes` package: it is not needed, and loading it alone costs the process about 45 MiB.
 
+A request the API server answers with 429 Too Many Requests (API Priority and Fairness, a
+max-in-flight limit) was not carried out: it is sent again after the answer's Retry-After seconds
+(bounded by RETRY_AFTER_MAX_SECONDS; RETRY_AFTER_DEFAULT_SECONDS when the header is missing or
+unreadable), at most MAX_THROTTLED_RETRIES times; then the 429 is the call's error and the
+reconcile backs off. Each retry is counted in tritonllm_api_throttled_total and logged. The slot
+is given back while it waits, so a throttled request holds no connection.
+
 At most `concurrency` requests are in flight (the operator's client concurrency). When requests
 wait for a slot, the ones that make the cluster converge (children applied, deleted, scaled) go
 before the ones that report on it (status writes, Events): under a burst, workloads start as
@@ -16,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
+import email.utils
 import heapq
 import itertools
 import json
@@ -35,6 +44,16 @@ log = logging.getLogger(__name__)
 API_CALLS = Counter(
     "tritonllm_api_calls_total", "Kubernetes API calls made by the operator", ["verb", "kind"]
 )
+API_THROTTLED = Counter(
+    "tritonllm_api_throttled_total",
+    "Requests the API server answered with 429 Too Many Requests (each is sent again after its "
+    "Retry-After)",
+    ["verb", "kind"],
+)
+# 429 Too Many Requests: wait what Retry-After says, within these bounds, this many times at most.
+RETRY_AFTER_DEFAULT_SECONDS = 1.0  # no usable Retry-After header
+RETRY_AFTER_MAX_SECONDS = 30.0  # a longer Retry-After is cut to this
+MAX_THROTTLED_RETRIES = 5  # then the 429 is the call's KubeError (the reconcile backs off)
 WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
 DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
@@ -129,6 +148,26 @@ def _error(status: int, reason: str, text: str) -> KubeError:
         return KubeError(status, reason, text)
 
 
+def retry_after_seconds(value: str | None, *, now: dt.datetime | None = None) -> float:
+    """How long to wait before sending a throttled request again: Retry-After in seconds (what
+    the API server sends) or as an HTTP date, bounded to [0, RETRY_AFTER_MAX_SECONDS]."""
+    if value is None or not value.strip():
+        return RETRY_AFTER_DEFAULT_SECONDS
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return RETRY_AFTER_DEFAULT_SECONDS
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        seconds = (when - (now or dt.datetime.now(dt.UTC))).total_seconds()
+    if seconds != seconds:  # NaN
+        return RETRY_AFTER_DEFAULT_SECONDS
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
+
+
 def path_for(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
     res = RESOURCES[(api_version, kind)]
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
@@ -194,18 +233,30 @@ class Kube:
             headers["Authorization"] = auth
         data = None if body is None else json.dumps(body)
         reporting = verb == "event" or kind.endswith("/status")
-        await slots.acquire(REPORT if reporting else CONVERGE)
-        try:
-            async with session.request(
-                method, self.credentials.server + path, params=query or [], data=data,
-                headers=headers,
-            ) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise _error(resp.status, resp.reason or "", text)
-                return json.loads(text) if text else None
-        finally:
-            slots.release()
+        retries = 0
+        while True:
+            await slots.acquire(REPORT if reporting else CONVERGE)
+            try:
+                async with session.request(
+                    method, self.credentials.server + path, params=query or [], data=data,
+                    headers=headers,
+                ) as resp:
+                    text = await resp.text()
+                    throttled = resp.status == 429 and retries < MAX_THROTTLED_RETRIES
+                    if resp.status >= 400 and not throttled:
+                        raise _error(resp.status, resp.reason or "", text)
+                    if not throttled:
+                        return json.loads(text) if text else None
+                    delay = retry_after_seconds(resp.headers.get("Retry-After"))
+            finally:
+                slots.release()
+            retries += 1
+            API_THROTTLED.labels(verb, kind).inc()
+            log.warning(
+                "API server throttled %s %s (429 Too Many Requests): sending it again in %.1f s "
+                "(retry %d of %d)", verb, kind, delay, retries, MAX_THROTTLED_RETRIES,
+            )
+            await asyncio.sleep(delay)
 
     # --- reads (the rest comes from the watches: tritonllm.handlers.cache) -------------------
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from tritonllm.api import constants as c
 
+from .redact import log_tail
+
 Obj = Mapping[str, Any]
 
 
@@ -70,7 +72,7 @@ class JobObs:
             if cond["type"] == "Failed":
                 reason, message = cond.get("reason", "Failed"), cond.get("message", "")
                 tail = termination_message(pods)
-                return JobObs("Failed", reason, tail or message, uid)
+                return JobObs("Failed", reason, tail or log_tail(message), uid)
         if st.get("succeeded"):
             return JobObs("Succeeded", uid=uid)
         return JobObs("Active", uid=uid)
@@ -84,7 +86,7 @@ def job_failed(job: Obj | None) -> bool:
 
 def termination_message(pods: Sequence[Obj]) -> str:
     """The last failed container's termination message (the log tail, with
-    terminationMessagePolicy FallbackToLogsOnError)."""
+    terminationMessagePolicy FallbackToLogsOnError), redacted of secrets and shortened."""
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
@@ -94,7 +96,7 @@ def termination_message(pods: Sequence[Obj]) -> str:
                 head = f"container {cs.get('name')} exited with code {code}"
                 reason = term.get("reason")
                 head += f" ({reason})" if reason else ""
-                return f"{head}: {msg[-2000:]}" if msg else head
+                return f"{head}: {log_tail(msg)}" if msg else head
     return ""
 
 

@@ -42,7 +42,7 @@ from .ownership import (
     recorded_uids,
 )
 from .prerequisites import prerequisites_step
-from .repository import repository_step
+from .repository import recorded, repository_step, written
 from .serving import available, serving_step
 from .status import (
     BLOCKED_REQUEUE_SECONDS,
@@ -85,7 +85,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None)
     # 4. the repository
     repo = repository_step(
-        p, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None
+        p, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None,
+        was_written=recorded(body, dep, rendered),
     )
     # 5. serving, and what no longer belongs
     workload = serving_step(
@@ -114,6 +115,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
     if mpi_adopted:
         fields["mpiSecretUid"] = mpi_adopted
+    if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
+        fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)
 
 

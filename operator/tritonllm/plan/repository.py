@@ -3,6 +3,11 @@
 Both are named by the repository key (a content hash of the rendered files and the launch plan),
 so a serving change is a new revision next to the current one; the Job runs only once the engine
 is ready and nothing is blocked.
+
+The Job is collected a day after it finishes (ttlSecondsAfterFinished); the files stay on the
+store. The revision its completion wrote is recorded in status.repository, and a missing Job
+whose revision (key, directory and claim) is recorded there counts as done: a Ready deployment
+stays Ready, and no new Job rewrites what is already there.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import dataclasses
 
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
+from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.status import RepositoryStatus
 from tritonllm.render import Rendered
 
 from .conditions import Cond
-from .observed import JobObs, Observed
+from .observed import JobObs, Obj, Observed
 from .writes import Plan, want
 
 
@@ -32,11 +39,35 @@ class RepositoryStep:
         return self.job.phase == "Failed"
 
 
+def written(dep: TritonLLMDeployment, rendered: Rendered) -> RepositoryStatus:
+    """The record of the target revision, once its Job has completed (status.repository)."""
+    return RepositoryStatus(
+        key=rendered.repository_key,
+        path=rendered.repository_dir,
+        claimName=dep.spec.storage.claimName,
+    )
+
+
+def recorded(body: Obj, dep: TritonLLMDeployment, rendered: Rendered) -> bool:
+    """Whether the status records the target revision as written."""
+    record = (body.get("status") or {}).get("repository") or {}
+    return bool(record) and record == written(dep, rendered).to_wire()
+
+
 def repository_step(
-    p: Plan, rendered: Rendered, obs: Observed, *, engine_ready: bool, blocked: bool
+    p: Plan,
+    rendered: Rendered,
+    obs: Observed,
+    *,
+    engine_ready: bool,
+    blocked: bool,
+    was_written: bool = False,
 ) -> RepositoryStep:
-    """Write the repository once the engine is ready; RepositoryReady from its Job."""
+    """Write the repository once the engine is ready; RepositoryReady from its Job, or from
+    the record (`was_written`) once the finished Job is collected."""
     job = JobObs.of(obs.repo_job, obs.repo_pods)
+    if job.phase == "Missing" and was_written:
+        job = JobObs("Succeeded")
     if engine_ready and not blocked:
         want(p, obs, rendered.repository_configmap)
         if job.phase == "Missing":

@@ -26,6 +26,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from . import naming
 from .plans import BUILD_PLAN_KEY, REPOSITORY_PLAN_KEY
 from .pod import (
+    NO_API_TOKEN,
     PLAN_VOLUME,
     PYZ,
     SHM_VOLUME,
@@ -35,6 +36,7 @@ from .pod import (
     env,
     gpu_resources,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_spec_common,
     scratch_mount,
@@ -133,6 +135,7 @@ def _build_pod_spec(
     common = pod_spec_common(dep)
     return {
         **(common if gpus else {"securityContext": common["securityContext"]}),
+        **NO_API_TOKEN,
         "restartPolicy": "Never",
         "initContainers": [tools_init_container(dep, opts)],
         "containers": [container],
@@ -182,8 +185,8 @@ def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
                 "metadata": {
                     "labels": pod_labels(dep, labels),
                     **(
-                        {"annotations": dict(dep.spec.podTemplate.annotations)}
-                        if dep.spec.podTemplate.annotations
+                        {"annotations": pod_annotations(dep)}
+                        if pod_annotations(dep)
                         else {}
                     ),
                 },
@@ -252,6 +255,7 @@ def repository_job(
                 "metadata": {"labels": pod_labels(dep, labels)},
                 "spec": {
                     "securityContext": pod_spec_common(dep)["securityContext"],
+                    **NO_API_TOKEN,
                     # Placed like the pods that share the store: a node-local claim
                     # (ReadWriteOnce, local-path) is reachable only where they run.
                     **store_placement(dep),
@@ -308,6 +312,7 @@ def engine_cleanup_job(dep: TritonLLMDeployment, key: str, opts: RenderOptions) 
                 "metadata": {"labels": labels},
                 "spec": {
                     "securityContext": pod_spec_common(dep)["securityContext"],
+                    **NO_API_TOKEN,
                     **store_placement(dep),
                     "restartPolicy": "Never",
                     "containers": [container],

@@ -13,7 +13,7 @@ from a required node affinity on `nvidia.com/gpu.product`, and a toleration for 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -241,6 +241,12 @@ def gpu_resources(dep: TritonLLMDeployment, gpus: int) -> dict[str, Any]:
     }
 
 
+# No pod the operator renders calls the Kubernetes API (the in-pod code is the standard library,
+# and the multi-node group uses SSH, not pods/exec): none gets a ServiceAccount token, so code
+# running in a pod (a model's Python, a compromised tokenizer) cannot act as its ServiceAccount.
+NO_API_TOKEN: dict[str, Any] = {"automountServiceAccountToken": False}
+
+
 def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
     """Fields every GPU pod of a deployment shares."""
     pt = dep.spec.podTemplate
@@ -248,6 +254,7 @@ def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
         "securityContext": pod_security(dep),
         "tolerations": tolerations(dep),
         "enableServiceLinks": False,
+        **NO_API_TOKEN,
     }
     aff = affinity(dep)
     if aff:
@@ -276,6 +283,19 @@ def store_placement(dep: TritonLLMDeployment) -> dict[str, Any]:
     return out
 
 
+def _user_keys(values: Mapping[str, str]) -> dict[str, str]:
+    """A user's pod labels or annotations without the keys only the operator writes (refused
+    at admission as well; this holds for an object admitted under an older schema too)."""
+    return {k: v for k, v in values.items() if k not in c.OPERATOR_POD_KEYS}
+
+
 def pod_labels(dep: TritonLLMDeployment, labels: dict[str, str]) -> dict[str, str]:
     """User labels first, so the operator's labels (selectors) always win."""
-    return {**dep.spec.podTemplate.labels, **labels}
+    return {**_user_keys(dep.spec.podTemplate.labels), **labels}
+
+
+def pod_annotations(
+    dep: TritonLLMDeployment, annotations: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """User annotations first, so the operator's annotations always win."""
+    return {**_user_keys(dep.spec.podTemplate.annotations), **(annotations or {})}

@@ -31,6 +31,7 @@ from .pod import (
     env,
     gpu_resources,
     metadata,
+    pod_annotations,
     pod_labels,
     pod_spec_common,
     scratch_mount,
@@ -155,12 +156,11 @@ def _pod_template(
         c.LABEL_ENGINE_KEY: key,
         c.LABEL_REPO_KEY: repo_key,
     }
-    annotations = {
-        **dep.spec.podTemplate.annotations,
+    annotations = pod_annotations(dep, {
         "prometheus.io/scrape": "true" if role != "worker" else "false",
         "prometheus.io/port": str(c.METRICS_PORT),
         "prometheus.io/path": "/metrics",
-    }
+    })
     return {
         "metadata": {"labels": pod_labels(dep, labels), "annotations": annotations},
         "spec": {
@@ -315,10 +315,27 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     }
 
 
+def group_selector(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """Every serving pod of the deployment: the server (single node) or leader pods and, multi
+    node, the worker pods, which carry component `worker` (the Service selects only servers)."""
+    return {
+        "matchLabels": {c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: dep.name},
+        "matchExpressions": [
+            {
+                "key": c.LABEL_COMPONENT,
+                "operator": "In",
+                "values": [c.COMPONENT_SERVER, c.COMPONENT_WORKER],
+            }
+        ],
+    }
+
+
 def network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
-    """Ingress to the serving pods: the serving ports from the namespace and the configured
-    sources; multi-node, every port between the deployment's own serving pods (sshd, and the
-    ports MPI and NCCL pick at run time), which share one SSH key pair."""
+    """Ingress to every serving pod (leaders and workers alike): the serving ports from the
+    namespace and the configured sources; multi-node, every port between the deployment's own
+    serving pods (sshd, and the ports MPI and NCCL pick at run time, in both directions: the
+    workers' orted and NCCL connect back to the leader), which share one SSH key pair. Nothing
+    else reaches them, so a worker's sshd is closed to every other pod."""
     np = dep.spec.networkPolicy
     if not np.enabled:
         return None
@@ -344,13 +361,13 @@ def network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     ]
     ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}]
     if dep.spec.topology.multi_node:
-        ingress.append({"from": [{"podSelector": {"matchLabels": naming.selector_labels(dep)}}]})
+        ingress.append({"from": [{"podSelector": group_selector(dep)}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _serving_metadata(dep),
         "spec": {
-            "podSelector": {"matchLabels": naming.selector_labels(dep)},
+            "podSelector": group_selector(dep),
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import hub, repository
 from .common import (
+    ARTIFACT,
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_MISMATCH,
@@ -32,31 +33,32 @@ from .common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_VERSION,
+    STATE_DIR,
     Failure,
     check_free_space,
     digest,
     dir_size,
     engine_checksums,
+    engine_file_paths,
     engine_mapping,
     gpu_product,
     load_plan,
     log,
     mentions_enospc,
     product_label,
+    read_artifact,
     read_json,
     require_gpus,
     run_child,
     run_main,
     same_version,
     trtllm_version,
-    verify_engine_files,
     version_check_skipped,
     visible_gpus,
     write_json_atomic,
 )
+from .verified import fingerprints, verify_engine, write_marker
 
-ARTIFACT = "artifact.json"
-STATE_DIR = ".tritonllm"
 ARTIFACT_SCHEMA = 2  # 2: `files`, the sha256 and size of every engine file
 # Model-directory files that must exist for a local (pvc://) source to count as present.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -106,18 +108,20 @@ class Builder:
 
     def _complete(self) -> bool:
         assert self.engine_dir is not None
-        artifact = read_json(self.engine_dir / ARTIFACT)
-        if artifact is None:
+        if not (self.engine_dir / ARTIFACT).exists():
             return False
+        artifact, artifact_digest = read_artifact(self.engine_dir)
         if artifact.get("engineKey") != self.key:
             raise Failure(
                 EXIT_MISMATCH,
                 f"{self.engine_dir / ARTIFACT} belongs to engine {artifact.get('engineKey')!r}, "
                 f"not {self.key!r}: the store holds a foreign engine at this path; remove it",
             )
-        verify_engine_files(self.engine_dir, artifact)
+        verified = verify_engine(self.engine_dir, artifact, artifact_digest)
+        if verified.stable is not None:  # hashed in full (an engine built before the marker)
+            write_marker(self.engine_dir, artifact_digest, verified.stable, by="build")
         log("build", "cached", key=self.key, engine=str(self.engine_dir),
-            trtllmVersion=artifact.get("trtllmVersion"))
+            trtllmVersion=artifact.get("trtllmVersion"), message=verified.message)
         return True
 
     def _preflight(self) -> None:
@@ -295,6 +299,12 @@ class Builder:
             log("build", "warning", message=f"built on {product!r}, but the plan asks for "
                 f"{requested!r}: the engine is tuned for the build GPU")
         gpus, _ = visible_gpus()
+        # The files are hashed once, here; their fingerprints before and after go into the
+        # verification marker, so that serving pods need not hash them again (verified.py).
+        names = engine_file_paths(self.engine_dir)
+        before = fingerprints(self.engine_dir, names)
+        files = engine_checksums(self.engine_dir)
+        after = fingerprints(self.engine_dir, names)
         artifact = {
             "schema": ARTIFACT_SCHEMA,
             "engineKey": self.key,
@@ -310,9 +320,15 @@ class Builder:
             "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
             "steps": self.records,
-            "files": engine_checksums(self.engine_dir),
+            "files": files,
         }
         write_json_atomic(self.engine_dir / ARTIFACT, artifact)
+        _, artifact_digest = read_artifact(self.engine_dir)
+        if before == after and sorted(files) == names:
+            write_marker(self.engine_dir, artifact_digest, after, by="build")
+        else:
+            log("build", "warning", message="an engine file changed while it was hashed: no "
+                "verification marker, every serving pod hashes the engine in full")
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
             pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus)
 

@@ -428,8 +428,10 @@ def engine_mapping(engine_dir: Path) -> EngineMapping:
     )
 
 
-# Not part of the engine: the record of it, and the build's own step markers.
-ENGINE_UNHASHED = ("artifact.json", ".tritonllm")
+ARTIFACT = "artifact.json"
+STATE_DIR = ".tritonllm"  # the build's step markers and the verification marker (verified.py)
+# Not part of the engine: the record of it, and the build's own state.
+ENGINE_UNHASHED = (ARTIFACT, STATE_DIR)
 HASH_CHUNK = 8 << 20
 
 
@@ -511,23 +513,40 @@ def verify_engine_files(engine_dir: Path, artifact: dict[str, Any]) -> None:
         )
 
 
+def read_artifact(engine_dir: Path) -> tuple[dict[str, Any], str]:
+    """<engineDir>/artifact.json and the sha256 of its bytes, from one read (what is checked is
+    what the digest names)."""
+    path = engine_dir / ARTIFACT
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise Failure(
+            EXIT_NOT_FOUND,
+            f"{path} does not exist: the engine was not (completely) built",
+        ) from exc
+    try:
+        artifact = json.loads(blob)
+    except ValueError as exc:
+        raise Failure(EXIT_MISMATCH, f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(artifact, dict):
+        raise Failure(EXIT_MISMATCH, f"{path} does not hold a JSON object")
+    return artifact, hashlib.sha256(blob).hexdigest()
+
+
 def check_engine(
     engine_dir: Path, topology: Topology, *, version: str | None, subject: str, against: str,
-    verify_files: bool = False,
+    artifact: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The one engine check, made by the repository Job and by every serving pod: the engine's
     artifact.json exists (the build finished), its tp and pp are the topology's, the engine's own
     config.json agrees with it (nothing changed it since), and, unless `version` is None or the
     check is skipped, it was built by TensorRT-LLM `version`. The messages name who expects
     what: `subject` the topology ("repository", "deployment"), `against` the version ("this
-    repository is for", "this image has"). With `verify_files`, every engine file must also
-    match its sha256 in artifact.json (verify_engine_files). Returns the artifact."""
-    artifact = read_json(engine_dir / "artifact.json")
+    repository is for", "this image has"). `artifact`: the one the caller read (read_artifact),
+    else it is read here. The files themselves are verified by verified.verify_engine (serving
+    pods) and verify_engine_files (the build). Returns the artifact."""
     if artifact is None:
-        raise Failure(
-            EXIT_NOT_FOUND,
-            f"{engine_dir}/artifact.json does not exist: the engine was not (completely) built",
-        )
+        artifact, _ = read_artifact(engine_dir)
     tp, pp = int(artifact.get("tensorParallel", 0)), int(artifact.get("pipelineParallel", 0))
     if (tp, pp) != (topology.tensor, topology.pipeline):
         raise Failure(
@@ -552,6 +571,4 @@ def check_engine(
             f"{version}: an engine only loads under the version that built it (serve with the "
             "build's image, or let the operator rebuild for this one)",
         )
-    if verify_files:
-        verify_engine_files(engine_dir, artifact)
     return artifact

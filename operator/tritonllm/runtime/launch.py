@@ -8,7 +8,10 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
 - engine runtime: the engine must pass the one engine check (common.check_engine: artifact.json
   tp and pp are the plan's topology, the engine's own config.json agrees) and its TensorRT-LLM
   version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version); the
-  serving pod also refuses an engine built on another GPU product than its own (nvidia-smi);
+  serving pod also refuses an engine built on another GPU product than its own (nvidia-smi) and
+  one whose files are not those artifact.json records (hashed in full unless the build's marker
+  for this artifact digest shows they have not changed: tritonllm.runtime.verified); the log
+  says which, and how long it took;
 - the pod must see the GPUs it is supposed to have.
 
 Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) exactly as rendered, as a
@@ -46,12 +49,14 @@ from .common import (
     log,
     plan_topology,
     product_label,
+    read_artifact,
     require_gpus,
     run_child,
     run_main,
     trtllm_version,
     version_check_skipped,
 )
+from .verified import verify_engine
 
 MODES = ("single", "leader", "worker")
 ENV_WAIT_TIMEOUT = "TRITONLLM_WAIT_TIMEOUT"
@@ -142,15 +147,21 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
         image = trtllm_version()
         if image is None:
             raise Failure(EXIT_NOT_FOUND, "TensorRT-LLM is not installed in this image")
-    artifact = check_engine(
-        Path(plan["engineDir"]),
+    engine_dir = Path(plan["engineDir"])
+    artifact, artifact_digest = read_artifact(engine_dir)
+    check_engine(
+        engine_dir,
         topology,
         version=image,
         subject="deployment",
         against="this image has",
-        verify_files=True,
+        artifact=artifact,
     )
     check_gpu_product(artifact)
+    verified = verify_engine(engine_dir, artifact, artifact_digest)
+    log("launch", "verified", key=plan["engineKey"], files=verified.files,
+        gib=round(verified.bytes / 2**30, 2), seconds=round(verified.seconds, 2),
+        hashed=verified.hashed, digest=verified.digest, message=verified.message)
     log("launch", "engine", key=plan["engineKey"], tp=topology.tensor, pp=topology.pipeline,
         trtllmVersion=image)
 
