@@ -254,6 +254,43 @@ INVALID: list[Invalid] = [
         "model.tokenizer.source",
         says="inside its claim",
     ),
+    # Path-bearing fields become directories and subPaths on the model store: no '.', '..' or
+    # empty segments, no segment starting with '-' (tests/unit/test_store_paths.py).
+    Invalid(
+        "revision-dot",  # /store/models/hf/<org>/<name>/. : every revision of the model
+        cr({"model": {"revision": "."}}),
+        "model.revision",
+        says="a revision is a branch, tag or commit",
+    ),
+    Invalid("revision-dotdot-segment", cr({"model": {"revision": "main/../.."}}),
+            "model.revision", says="'..'"),
+    Invalid("revision-empty-segment", cr({"model": {"revision": "refs//pr"}}),
+            "model.revision", says="empty path segments"),
+    Invalid("revision-leading-dash", cr({"model": {"revision": "-rf"}}),
+            "model.revision", says="starting with '-'"),
+    Invalid("pvc-path-dot-segment", cr({"model": {"source": "pvc://models/."}}),
+            "model.source", says="inside its claim"),
+    Invalid("pvc-path-empty-segment", cr({"model": {"source": "pvc://models//engines"}}),
+            "model.source", says="empty path segments"),
+    Invalid("pvc-path-leading-dash", cr({"model": {"source": "pvc://models/llama/-x"}}),
+            "model.source", says="starting with '-'"),
+    Invalid("tokenizer-path-dot-segment",
+            cr({"model": {"tokenizer": {"source": "pvc://models/tok/./x"}}}),
+            "model.tokenizer.source", says="inside its claim"),
+    Invalid(
+        "calibration-dataset-option",
+        cr({"engine": {"quantization": {"format": "int4_awq",
+                                        "calibrationDataset": "--output_dir=/store/engines"}}}),
+        "engine.quantization.calibrationDataset",
+        says="starting with '-'",
+    ),
+    Invalid(
+        "calibration-dataset-dotdot",
+        cr({"engine": {"quantization": {"format": "int4_awq",
+                                        "calibrationDataset": "/store/../etc"}}}),
+        "engine.quantization.calibrationDataset",
+        says="'..'",
+    ),
     Invalid(
         "label-key-with-space",
         cr({"podTemplate": {"labels": {"my team": "a"}}}),

@@ -6,6 +6,7 @@ Every test runs `tritonllm run` as a subprocess against the local API server; Jo
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -386,8 +387,62 @@ def test_retention_delete_forgets_unused_engines_and_never_blocks(
     # node in tests/cluster/test_real_flow.py).
     job = cluster.kubectl_json("get", "job", f"tritonllm-clean-{key}", "-n", namespace)
     (ctr,) = job["spec"]["template"]["spec"]["containers"]
-    assert ctr["command"][:3] == ["rm", "-rf", "--"] and f"/store/engines/{key}" in ctr["command"]
+    # A shell that checks the key, then `rm -rf -- /store/engines/$key /store/checkpoints/$key`.
+    assert ctr["command"][:2] == ["sh", "-c"] and ctr["command"][-1] == key
+    assert 'rm -rf -- "/store/engines/$key"' in ctr["command"][2]
     assert not job["metadata"].get("ownerReferences")
+
+
+def test_retention_delete_refuses_a_forged_engine_key(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """status.engine.key becomes a path in the cleanup's `rm -rf`: a status written by someone
+    else (here: while no operator runs, the object already Terminating) deletes nothing."""
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("kappa", namespace, storage={"engineRetention": "Delete"})])
+        obj = wait_ready(cluster, namespace, "kappa")
+    key = obj["status"]["engine"]["key"]
+    cluster.kubectl("delete", "tllm", "kappa", "-n", namespace, "--wait=false")
+    forged = {"status": {"engine": {"key": "../../repos", "path": "/store/repos"}}}
+    cluster.kubectl("patch", "tllm", "kappa", "-n", namespace, "--subresource=status",
+                    "--type=merge", "-p", json.dumps(forged))
+    with run_operator(cluster, namespace, tmp_path, tag="op2"):
+        wait_for(
+            lambda: cluster.kubectl("get", "tllm", "kappa", "-n", namespace,
+                                    check=False).returncode != 0,
+            timeout=60, what="kappa deleted (the finalizer released)",
+        )
+    reasons = [e["reason"] for e in events(cluster, namespace, "kappa")]
+    assert "UnsafeEngineKey" in reasons, reasons
+    assert jobs(cluster, namespace, "tritonllm-clean-") == []
+    # The real engine was not forgotten either: nothing was deleted on a forged key.
+    assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode == 0
+
+
+def test_retention_delete_keeps_an_engine_another_deployment_still_names_as_previous(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("lam", namespace, storage={"engineRetention": "Delete"}),
+                       small("mu", namespace)])
+        key = wait_ready(cluster, namespace, "lam")["status"]["engine"]["key"]
+        assert wait_ready(cluster, namespace, "mu")["status"]["engine"]["key"] == key
+        # mu changes engine: it builds a new one, and names the one its pods served as previous.
+        changed = small("mu", namespace, engine={"limits": {"maxBatchSize": 4}})
+        cluster.apply([changed])
+
+        def rebuilt() -> dict | None:
+            st = get_cr(cluster, namespace, "mu").get("status") or {}
+            prev = (st.get("previousEngine") or {}).get("key")
+            return st if prev == key and st["engine"]["key"] != key else None
+
+        st = wait_for(rebuilt, timeout=120, what="mu names the old engine as previousEngine")
+        cluster.kubectl("delete", "tllm", "lam", "-n", namespace, "--timeout=90s")
+    assert cluster.kubectl("get", "tllme", key, "-n", namespace, check=False).returncode == 0
+    assert f"tritonllm-clean-{key}" not in jobs(cluster, namespace, "tritonllm-clean-")
+    assert st["engine"]["key"] != key
 
 
 def test_deletion_is_never_blocked_when_the_operator_is_gone(

@@ -136,12 +136,15 @@ def test_multi_node_serving_passes_restricted_too() -> None:
 
 def test_the_engine_cleanup_job_passes_restricted_and_removes_only_that_engine() -> None:
     d = example("cpu-standin")
-    job = engine_cleanup_job(d, "abc123", RenderOptions(tools_image="op:1"))
+    key = "0123456789abcdef"
+    job = engine_cleanup_job(d, key, RenderOptions(tools_image="op:1"))
     pod = job["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
     (ctr,) = pod["containers"]
-    assert ctr["command"] == ["rm", "-rf", "--", "/store/engines/abc123",
-                              "/store/checkpoints/abc123"]
+    # A shell that checks the key before `rm -rf -- /store/engines/$key /store/checkpoints/$key`
+    # (tests/unit/test_store_paths.py runs it).
+    assert ctr["command"][:2] == ["sh", "-c"] and ctr["command"][-1] == key
+    assert 'rm -rf -- "/store/engines/$key" "/store/checkpoints/$key"' in ctr["command"][2]
     # Placed where the node-local store is, with no owner (its deployment is being deleted).
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "real-0"}
     assert "ownerReferences" not in job["metadata"]

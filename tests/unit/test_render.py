@@ -8,7 +8,7 @@ from tests.cases import cr
 from tests.helpers import container
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.render import RenderOptions, render_all
+from tritonllm.render import RenderOptions, naming, render_all
 from tritonllm.render.naming import engine_key
 
 APPLY_ORDER = [
@@ -186,10 +186,13 @@ def test_multi_node_pods_mount_the_ssh_keys_outside_the_plan_mount() -> None:
 
 
 def test_separate_tokenizer_is_downloaded_to_its_own_dir() -> None:
-    r = render_all(dep({"model": {"tokenizer": {"source": "hf://org/tok"}}}))
+    d = dep({"model": {"tokenizer": {"source": "hf://org/tok"}}})
+    r = render_all(d)
     step = r.build_plan["steps"][1]
+    # Under the tokenizer's name and revision, in the directory of its download key.
+    dkey = naming.download_key(d, "hf://org/tok", "main")
     assert step == {"name": "download-tokenizer", "kind": "huggingface", "repo": "org/tok",
-                    "revision": "main", "localDir": "/store/models/hf/org/tok/main",
+                    "revision": "main", "localDir": f"/store/models/hf/org/tok/main/{dkey}",
                     "tokenFile": None}
 
 

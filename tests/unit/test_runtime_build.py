@@ -211,7 +211,9 @@ def test_download_only_plan_with_fake_hub_fetches_the_weights_and_needs_no_gpu(
     assert image.commands() == []
     weights = Path(plan["weightsDir"])
     assert sorted(p.name for p in weights.iterdir() if p.is_file()) == DOWNLOADED
-    assert (weights / ".tritonllm" / "download.done").is_file()
+    # The step markers are under the key's own directory, not next to the weights.
+    assert (Path(plan["stateDir"]) / "download.done").is_file()
+    assert not (weights / ".tritonllm").exists()
     assert not (weights / "artifact.json").exists()
 
 

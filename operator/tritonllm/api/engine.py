@@ -9,11 +9,23 @@ storage.engineRetention Delete removed them).
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Final, Literal
 
 from pydantic import Field
 
 from .base import ApiModel
+
+# An engine key: the first 16 hex digits of a SHA-256 (tritonllm.render.naming.engine_key). It
+# names directories that the engine-cleanup Job deletes, so it is checked wherever it is read
+# back from the cluster (a status, a label) before it is used in a path.
+ENGINE_KEY_LENGTH: Final = 16
+ENGINE_KEY_PATTERN: Final = f"^[0-9a-f]{{{ENGINE_KEY_LENGTH}}}$"
+
+
+def is_engine_key(value: object) -> bool:
+    """Whether `value` has the exact shape of an engine key (lowercase hex, fixed length)."""
+    return isinstance(value, str) and re.fullmatch(ENGINE_KEY_PATTERN, value) is not None
 
 
 class EngineModel(ApiModel):
@@ -28,7 +40,7 @@ class EngineModel(ApiModel):
 class TritonLLMEngineSpec(ApiModel):
     """What the engine is (every field is an input of its key)."""
 
-    key: str
+    key: str = Field(pattern=ENGINE_KEY_PATTERN)
     """Engine key; also the object's name and the engine directory's name."""
     runtime: Literal["engine", "llmapi"]
     """engine: a TensorRT engine; llmapi: a downloaded checkpoint."""

@@ -151,20 +151,57 @@ def quantity_bytes(q: str) -> float:
 
 # --- model source ---------------------------------------------------------------------------
 
-# A pvc:// path may not climb out of its claim.
-_ESCAPE_CEL = "'^pvc://[^/]+/(.*/)?[.][.](/.*)?$'"
-_ESCAPE_RE = r"^pvc://[^/]+/(.*/)?\.\.(/.*)?$"
+# Path-bearing fields (a pvc:// path, a revision, a calibration dataset path) become directories
+# and subPaths on the model store: every '/'-separated segment must be a plain name, neither
+# empty, '.' nor '..' (a subPath over a parent, or over every revision of a model), nor starting
+# with '-' (an option to the tools that receive it). The regexes are RE2 and Python alike (no
+# backslashes, which CEL strings would read as escapes).
+_PLAIN_SEGMENT = "([^/.-]|[.][^/.]|[.][.][^/])[^/]*"
+_PVC_PLAIN_RE = f"^pvc://[^/]+(/{_PLAIN_SEGMENT})+/?$"
+_NAME_SEGMENT = "([A-Za-z0-9_]|[.][A-Za-z0-9_-]|[.][.][A-Za-z0-9._-])[A-Za-z0-9._-]*"
+REVISION_RE = f"^{_NAME_SEGMENT}(/{_NAME_SEGMENT})*$"
+PATH_RE = f"^/?{_PLAIN_SEGMENT}(/{_PLAIN_SEGMENT})*$"
+PATH_SEGMENT_MESSAGE = (
+    "no '.', '..' or empty path segments and no segment starting with '-'"
+)
 
 
-def _escape_rule(optional: bool) -> Rule:
+def plain_pvc_path(source: str | None) -> bool:
+    """A pvc:// source whose path is plain segments (True for hf:// and for no source)."""
+    if not source or not source.startswith("pvc://"):
+        return True
+    return re.fullmatch(_PVC_PLAIN_RE, source) is not None
+
+
+def _source_rule(optional: bool) -> Rule:
     has = "!has(self.source) || " if optional else ""
     return Rule(
-        cel=f"{has}!self.source.matches({_ESCAPE_CEL})",
-        message="a pvc:// path must stay inside its claim: remove '..' path segments",
-        check=lambda s: s.source is None or not re.fullmatch(_ESCAPE_RE, s.source),
+        cel=f"{has}!self.source.startsWith('pvc://') || self.source.matches('{_PVC_PLAIN_RE}')",
+        message=f"a pvc:// path must stay inside its claim and name one directory plainly: "
+        f"{PATH_SEGMENT_MESSAGE}",
+        check=lambda s: plain_pvc_path(s.source),
         field="source",
     )
 
+
+Revision = Annotated[
+    str,
+    Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$"),
+    *cel_check(
+        f"self.matches('{REVISION_RE}')",
+        f"a revision is a branch, tag or commit: {PATH_SEGMENT_MESSAGE}",
+        lambda v: bool(re.fullmatch(REVISION_RE, v)),
+    ),
+]
+DatasetPath = Annotated[
+    str,
+    Field(max_length=512),
+    *cel_check(
+        f"self.matches('{PATH_RE}')",
+        f"a Hub dataset id or a path: {PATH_SEGMENT_MESSAGE}",
+        lambda v: bool(re.fullmatch(PATH_RE, v)),
+    ),
+]
 
 
 class Credentials(ApiModel):
@@ -189,7 +226,7 @@ class Tokenizer(ApiModel):
     skipSpecialTokens: bool = True
     """Drop special tokens when detokenizing outputs."""
 
-    rules: ClassVar[tuple[Rule, ...]] = (_escape_rule(optional=True),)
+    rules: ClassVar[tuple[Rule, ...]] = (_source_rule(optional=True),)
 
 
 ModelArchitecture = Literal[
@@ -203,9 +240,7 @@ class ModelSource(ApiModel):
     source: str = Field(pattern=SOURCE_PATTERN, max_length=512)
     """hf://<org>/<name> to download from the Hugging Face Hub, or pvc://<claim>/<path> for a
     checkpoint already on a PersistentVolumeClaim in the same namespace."""
-    revision: str = Field(
-        default="main", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._/-]+$"
-    )
+    revision: Revision = "main"
     """Hub revision (branch, tag or commit). Part of the engine key: pin a commit for
     reproducible engines."""
     architecture: ModelArchitecture = "auto"
@@ -219,7 +254,7 @@ class ModelSource(ApiModel):
     """Allow the tokenizer/model to run code shipped with the checkpoint (needed by some
     custom tokenizers)."""
 
-    rules: ClassVar[tuple[Rule, ...]] = (_escape_rule(optional=False),)
+    rules: ClassVar[tuple[Rule, ...]] = (_source_rule(optional=False),)
 
 
 # --- engine ---------------------------------------------------------------------------------
@@ -238,7 +273,7 @@ class Quantization(ApiModel):
     """KV-cache quantization; none keeps the model dtype."""
     calibrationSize: int = Field(default=512, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
-    calibrationDataset: str | None = Field(default=None, max_length=512)
+    calibrationDataset: DatasetPath | None = None
     """Calibration dataset (Hub id or a path under the model store); empty uses the tool's
     default (cnn_dailymail), which needs Hub access from the build Job."""
 

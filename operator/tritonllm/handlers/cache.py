@@ -173,9 +173,12 @@ def _by_name(project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
 
 
 def _users_of_engine(obj: Mapping[str, Any]) -> dict[Any, Any]:
-    key = ((obj.get("status") or {}).get("engine") or {}).get("key")
+    """A deployment uses the engine it serves or builds (status.engine) and, during a rebuild,
+    the one its pods still run (status.previousEngine): neither may be deleted under it."""
+    status = obj.get("status") or {}
     meta = obj["metadata"]
-    return {(meta.get("namespace"), key): meta["name"]} if key else {}
+    keys = [(status.get(f) or {}).get("key") for f in ("engine", "previousEngine")]
+    return {(meta.get("namespace"), key): meta["name"] for key in keys if key}
 
 
 def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
@@ -346,8 +349,9 @@ class Cache:
         return True
 
     def deployments_using(self, namespace: str, engine_key: str) -> list[str]:
-        """Names of the deployments whose status says they use engine `engine_key`."""
-        return sorted(self._values(USERS_OF_ENGINE, (namespace, engine_key)))
+        """Names of the deployments whose status says they use engine `engine_key` (as their
+        engine or as the previous engine their pods still serve)."""
+        return sorted(set(self._values(USERS_OF_ENGINE, (namespace, engine_key))))
 
     def repository_revisions(self, namespace: str, name: str) -> list[str]:
         return sorted(set(self._values(REVISIONS, (namespace, name))))

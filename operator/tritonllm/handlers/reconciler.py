@@ -28,10 +28,16 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.deletion import FINALIZER, plan_deletion
+from tritonllm.plan.deletion import (
+    FINALIZER,
+    UNSAFE_ENGINE_KEY,
+    engine_to_forget,
+    plan_deletion,
+)
 from tritonllm.plan.engine import is_cache_hit, record_status
 from tritonllm.plan.reconcile import Observed, Plan, plan, plan_failed, plan_invalid
 from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_problems, validate
+from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
 from .cache import Cache
@@ -263,6 +269,14 @@ class Reconciler:
         conditions = {x["type"]: x["status"] for x in status.get("conditions") or []}
         self._conditions.set((meta["namespace"], meta["name"]), conditions)
 
+    async def _warn(self, body: dict[str, Any], reason: str, message: str, logger: Logger) -> None:
+        try:
+            await self.kube.post_event(
+                event(body, type_="Warning", reason=reason, message=message, now=self.clock())
+            )
+        except KubeError as exc:
+            logger.warning("could not post %s: %s", reason, exc)
+
     async def _finalize(self, body: dict[str, Any], logger: Logger) -> None:
         """engineRetention Delete: forget the engine if no other deployment uses it, then release
         the finalizer — in this pass, even if forgetting failed (deletion is never blocked). If
@@ -270,7 +284,10 @@ class Reconciler:
         ends the pass and it is retried with the error backoff; forgetting again is harmless
         (the record is already gone, the cleanup Job already exists)."""
         meta = body["metadata"]
-        key = ((body.get("status") or {}).get("engine") or {}).get("key")
+        key, refused = engine_to_forget(body)
+        if refused:
+            logger.warning("engine cleanup refused: %s", refused)
+            await self._warn(body, UNSAFE_ENGINE_KEY, refused, logger)
         users = self.cache.deployments_using(meta["namespace"], key) if key else []
         forget, finalizers = plan_deletion(body, users)
         if key and forget:
@@ -283,7 +300,7 @@ class Reconciler:
                     tools_image=self.settings.tools_image))
                 await self.kube.create(Manifest.of(job))
                 logger.info("removing engine %s from claim %s", key, dep.spec.storage.claimName)
-            except (KubeError, InvalidDeployment) as exc:
+            except (KubeError, InvalidDeployment, ValueError) as exc:
                 logger.warning("could not forget engine %s: %s", key, exc)
         elif key:
             logger.info("engine %s kept: other deployments use it", key)

@@ -17,6 +17,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.engine import is_engine_key
 from tritonllm.api.status import Condition, EngineStatus, TritonLLMDeploymentStatus
 from tritonllm.render import Rendered, naming
 
@@ -138,7 +139,8 @@ def status_fields(
         "parallelism": f"{par.tensor}x{par.pipeline}",
     }
     served = workload.engine_key
-    if served and served != rendered.engine_key:
+    # A label that is not an engine key (not written by us) names no engine.
+    if served and served != rendered.engine_key and is_engine_key(served):
         fields["previousEngine"] = EngineStatus(key=served, path=naming.engine_dir(served))
     return fields
 

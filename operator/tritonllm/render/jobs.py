@@ -22,6 +22,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.engine import is_engine_key
 
 from . import naming
 from .plans import BUILD_PLAN_KEY, REPOSITORY_PLAN_KEY
@@ -30,6 +31,7 @@ from .pod import (
     PLAN_VOLUME,
     PYZ,
     SHM_VOLUME,
+    STORE_VOLUME,
     TOOLS_VOLUME,
     RenderOptions,
     container_security,
@@ -77,18 +79,18 @@ def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) ->
 
 
 def build_writable_dirs(dep: TritonLLMDeployment, key: str) -> list[str]:
-    """What the build Job of engine `key` writes on the store, and nothing else: its engine and
-    checkpoint directories, and the download targets of hf:// sources (for llmapi, the weights
-    directory, where the download keeps its step markers)."""
-    dirs = [] if dep.spec.runtime == "llmapi" else [naming.engine_dir(key),
-                                                     naming.checkpoint_dir(key)]
-    sources = [(dep.spec.model.source, naming.weights_dir(dep))]
-    if dep.spec.model.tokenizer.source:
-        sources.append((dep.spec.model.tokenizer.source, naming.tokenizer_dir(dep)))
-    for source, path in sources:
-        local = path.startswith(c.STORE_MOUNT + "/") and dep.spec.runtime == "llmapi"
-        if source.startswith("hf://") or (local and path == naming.weights_dir(dep)):
-            dirs.append(path)
+    """What the build Job of engine `key` writes on the store, and nothing else: directories
+    named by its own keys. Its engine and checkpoint directories (for llmapi the engine directory
+    holds only the step markers), and the download directories of its hf:// sources, each named
+    by its download key. A pvc:// source (on the store or another claim) is only read."""
+    dirs = [naming.engine_dir(key)]
+    if dep.spec.runtime != "llmapi":
+        dirs.append(naming.checkpoint_dir(key))
+    if dep.spec.model.source.startswith("hf://"):
+        dirs.append(naming.weights_dir(dep))
+    tokenizer = dep.spec.model.tokenizer.source
+    if tokenizer and tokenizer.startswith("hf://"):
+        dirs.append(naming.tokenizer_dir(dep))
     return sorted(set(dirs))
 
 
@@ -284,17 +286,39 @@ def repository_job(
 
 
 CLEANUP_TTL_SECONDS = 600
+# The cleanup container's own check of its argument, before any delete: the key must be exactly
+# what an engine key is (the operator checks it too; this holds whatever reaches the Job).
+CLEANUP_SCRIPT = f"""set -eu
+key="$1"
+case "$key" in
+  ""|*[!0-9a-f]*) echo "refusing to delete: engine key '$key' is not lowercase hex" >&2; exit 2;;
+esac
+if [ "${{#key}}" -ne {naming.KEY_LENGTH} ]; then
+  echo "refusing to delete: engine key '$key' is not {naming.KEY_LENGTH} characters" >&2; exit 2
+fi
+rm -rf -- "{c.STORE_MOUNT}/engines/$key" "{c.STORE_MOUNT}/checkpoints/$key"
+"""
 
 
 def engine_cleanup_job(dep: TritonLLMDeployment, key: str, opts: RenderOptions) -> dict[str, Any]:
     """`rm -rf` of the engine's and its converted checkpoint's directories on the store, in the
-    tools image, placed like the repository Job (a node-local claim is reachable only there)."""
+    tools image, placed like the repository Job (a node-local claim is reachable only there).
+
+    Refuses (ValueError) a key that is not an engine key, and the container checks it again
+    before deleting; of the store only engines/ and checkpoints/ are writable to it."""
+    if not is_engine_key(key):
+        raise ValueError(
+            f"refusing to render the cleanup of {key!r}: not an engine key "
+            f"({naming.KEY_LENGTH} lowercase hex digits)"
+        )
     labels = naming.shared_labels(key, c.COMPONENT_CLEANUP)
+    writable = [f"{c.STORE_MOUNT}/engines", f"{c.STORE_MOUNT}/checkpoints"]
     container = {
         "name": "cleanup",
         "image": opts.tools_image,
-        "command": ["rm", "-rf", "--", naming.engine_dir(key), naming.checkpoint_dir(key)],
-        "volumeMounts": store_mounts(dep, read_only=False)[:1],
+        "command": ["sh", "-c", CLEANUP_SCRIPT, "engine-cleanup", key],
+        "volumeMounts": [m for m in store_mounts(dep, read_only=True, writable=writable)
+                         if m["name"] == STORE_VOLUME],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -1,10 +1,23 @@
 """Keys, names, labels and paths: the identities every rendered object is built from.
 
-The engine key is a stable hash of everything that changes the engine bytes (model source and
-revision, runtime, image and TensorRT-LLM version, dtype, quantization, parallelism, build limits,
-plugins, GPU product). It names the engine directory (/store/engines/<key>) and the build Job, so
-deployments with equal keys share one build and one engine, and a deployment deleted and applied
-again finds its engine. Serving-only fields (replicas, batching, KV cache, ...) are not in it.
+The engine key is a stable hash of every input of the build Job: what changes the engine bytes
+(model source and revision, runtime, image and TensorRT-LLM version, dtype, quantization,
+parallelism, build limits, plugins, GPU product) and what the build pod could fetch or write
+differently with (its environment, such as HF_ENDPOINT or PYTHONPATH; its service account and
+image pull secrets; the Hugging Face token Secret; a separate tokenizer it downloads; the model
+store claim). It names the engine directory (/store/engines/<key>), the build Job and the
+TritonLLMEngine record, so deployments with equal keys share one build and one engine, a
+deployment deleted and applied again finds its engine, and a deployment whose build pod differs
+in any way (or that keeps its store on another claim) builds its own. Serving-only fields
+(replicas, batching, KV cache, ...) are not in it.
+
+A download key does the same for one Hugging Face download (source, revision, image and the build
+pod's inputs): it names the download directory, which the build Jobs of several engine keys may
+share (the same weights quantized two ways) but no Job with other download inputs writes.
+
+Every path these functions return is checked segment by segment (no '.', '..', empty segments or
+a leading '-'), so a value that slipped past admission cannot turn into a writable subPath over
+someone else's directory.
 """
 
 from __future__ import annotations
@@ -15,10 +28,18 @@ import re
 from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment, resolve_trtllm_version
+from tritonllm.api.deployment import (
+    FieldError,
+    InvalidDeployment,
+    TritonLLMDeployment,
+    resolve_trtllm_version,
+)
+from tritonllm.api.engine import ENGINE_KEY_LENGTH, is_engine_key
 
-KEY_LENGTH = 16
-ENGINE_KEY_SCHEMA = 1  # bump when the key's inputs change meaning (forces rebuilds)
+KEY_LENGTH = ENGINE_KEY_LENGTH
+# Bump when the key's inputs change meaning (forces rebuilds). 2: the build pod's inputs and the
+# store claim joined the key, and downloads moved to directories of their own download key.
+ENGINE_KEY_SCHEMA = 2
 
 
 def stable_hash(data: Any, length: int = KEY_LENGTH) -> str:
@@ -26,17 +47,37 @@ def stable_hash(data: Any, length: int = KEY_LENGTH) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
-def engine_key_inputs(dep: TritonLLMDeployment) -> dict[str, Any]:
-    """Exactly the fields that make an engine (or, for llmapi, a downloaded checkpoint)."""
-    spec = dep.spec
-    model = {"source": spec.model.source, "revision": spec.model.revision}
-    if spec.runtime == "llmapi":
-        return {"schema": ENGINE_KEY_SCHEMA, "runtime": "llmapi", "model": model}
+def build_pod_inputs(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """What the build (or download) pod runs with beyond the image and its plan: each can change
+    what it fetches or writes (HF_ENDPOINT, a PYTHONPATH, the identity a mirror or a webhook sees,
+    the token), and the claim it writes to."""
+    pt = dep.spec.podTemplate
+    creds = dep.spec.model.credentials
     return {
-        "schema": ENGINE_KEY_SCHEMA,
+        "env": [e.to_wire() for e in pt.env],
+        "serviceAccountName": pt.serviceAccountName,
+        "imagePullSecrets": list(pt.imagePullSecrets),
+        "credentials": creds.to_wire() if creds else None,
+        "claimName": dep.spec.storage.claimName,
+    }
+
+
+def engine_key_inputs(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """Exactly the inputs of the Job that makes an engine (for llmapi: downloads a checkpoint)."""
+    spec = dep.spec
+    model = {
+        "source": spec.model.source,
+        "revision": spec.model.revision,
+        # A separate tokenizer is downloaded by the same Job.
+        "tokenizer": spec.model.tokenizer.source,
+    }
+    common = {"schema": ENGINE_KEY_SCHEMA, "image": spec.image, "buildPod": build_pod_inputs(dep)}
+    if spec.runtime == "llmapi":
+        return {**common, "runtime": "llmapi", "model": model}
+    return {
+        **common,
         "runtime": spec.runtime,
         "model": {**model, "architecture": spec.model.architecture},
-        "image": spec.image,
         "trtllmVersion": str(resolve_trtllm_version(spec)),
         "engine": spec.engine.to_wire(),
         "gpuProduct": spec.gpu.product,
@@ -45,6 +86,17 @@ def engine_key_inputs(dep: TritonLLMDeployment) -> dict[str, Any]:
 
 def engine_key(dep: TritonLLMDeployment) -> str:
     return stable_hash(engine_key_inputs(dep))
+
+
+def download_key(dep: TritonLLMDeployment, source: str, revision: str) -> str:
+    """Names the directory one Hugging Face download goes to (see the module docstring)."""
+    return stable_hash({
+        "schema": ENGINE_KEY_SCHEMA,
+        "source": source,
+        "revision": revision,
+        "image": dep.spec.image,
+        "buildPod": build_pod_inputs(dep),
+    })
 
 
 def repository_key(files: dict[str, str]) -> str:
@@ -118,12 +170,40 @@ def _safe(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", part)
 
 
+def plain_path_problem(path: str) -> str | None:
+    """Why `path` (absolute, or relative to a claim) is not a plain path, or None: every segment
+    is a name, never empty, '.' or '..', and never starts with '-'."""
+    for seg in path.removeprefix("/").split("/"):
+        if seg in ("", ".", ".."):
+            return f"{path!r} has an empty, '.' or '..' segment"
+        if seg.startswith("-"):
+            return f"{path!r} has a segment starting with '-'"
+    return None
+
+
+def _plain(path: str, field: str) -> str:
+    """`path`, or InvalidDeployment naming `field` (what admission and parsing refuse already;
+    this holds for objects admitted under an older CRD)."""
+    problem = plain_path_problem(path)
+    if problem:
+        raise InvalidDeployment([FieldError(field, f"{problem}: paths on the model store must "
+                                                   "be plain directory names")])
+    return path
+
+
 def engine_dir(key: str) -> str:
+    _check_key(key)
     return f"{c.STORE_MOUNT}/engines/{key}"
 
 
 def checkpoint_dir(key: str) -> str:
+    _check_key(key)
     return f"{c.STORE_MOUNT}/checkpoints/{key}"
+
+
+def _check_key(key: str) -> None:
+    if not is_engine_key(key):
+        raise ValueError(f"{key!r} is not an engine key ({KEY_LENGTH} lowercase hex digits)")
 
 
 SOURCE_MOUNT = "/source"
@@ -131,18 +211,25 @@ SOURCE_MOUNT = "/source"
 TOKENIZER_SOURCE_MOUNT = "/source-tokenizer"
 
 
-def source_dir(dep: TritonLLMDeployment, source: str, revision: str) -> str:
+def source_dir(
+    dep: TritonLLMDeployment, source: str, revision: str, field: str = "spec.model.source"
+) -> str:
     """Where a model/tokenizer source is found inside pods.
 
-    hf:// sources are downloaded under /store/models/hf/<org>/<name>/<revision>; pvc:// sources on
-    the store claim are read in place, and those on another claim are mounted at /source.
+    hf:// sources are downloaded under /store/models/hf/<org>/<name>/<revision>/<download key>;
+    pvc:// sources on the store claim are read in place, and those on another claim are mounted
+    at /source.
     """
     if source.startswith("hf://"):
         org, name = source.removeprefix("hf://").split("/", 1)
-        return f"{c.STORE_MOUNT}/models/hf/{_safe(org)}/{_safe(name)}/{_safe(revision)}"
+        # The revision is the one segment a user may choose freely ("refs/pr/1" is one).
+        _plain(revision, field.removesuffix(".source") + ".revision")
+        where = f"{_safe(org)}/{_safe(name)}/{_safe(revision)}"
+        dkey = download_key(dep, source, revision)
+        return _plain(f"{c.STORE_MOUNT}/models/hf/{where}/{dkey}", field)
     claim, path = source.removeprefix("pvc://").split("/", 1)
     root = c.STORE_MOUNT if claim == dep.spec.storage.claimName else source_claims(dep)[claim]
-    return f"{root}/{path.strip('/')}"
+    return _plain(f"{root}/{_plain(path.removesuffix('/'), field)}", field)
 
 
 def weights_dir(dep: TritonLLMDeployment) -> str:
@@ -151,7 +238,9 @@ def weights_dir(dep: TritonLLMDeployment) -> str:
 
 def tokenizer_dir(dep: TritonLLMDeployment) -> str:
     tok = dep.spec.model.tokenizer.source
-    return source_dir(dep, tok, "main") if tok else weights_dir(dep)
+    if not tok:
+        return weights_dir(dep)
+    return source_dir(dep, tok, "main", field="spec.model.tokenizer.source")
 
 
 def repository_dir(dep: TritonLLMDeployment, repo_key: str) -> str:

@@ -28,6 +28,8 @@ REPOSITORY_PLAN_KEY = "repository.json"
 LAUNCH_PLAN_KEY = "launch.json"
 # Stands for the repository directory until the key that names it is known.
 REPOSITORY_SLOT = "<repo>"
+# The build's step markers, under a directory of the engine key (tritonllm.runtime.build).
+STATE_DIR = ".tritonllm"
 
 
 def engine_plan(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
@@ -35,7 +37,8 @@ def engine_plan(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
     spec = dep.spec
     weights = naming.weights_dir(dep)
     if spec.runtime == "llmapi":
-        plan = download_plan(spec, model_key=key, weights_dir=weights)
+        plan = download_plan(spec, model_key=key, weights_dir=weights,
+                             state_dir=f"{naming.engine_dir(key)}/{STATE_DIR}")
     else:
         plan = build_plan(
             spec,

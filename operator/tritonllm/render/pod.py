@@ -217,8 +217,8 @@ def store_mounts(
     ]
     prefix = c.STORE_MOUNT + "/"
     for path in sorted(set(writable)):
-        if not path.startswith(prefix):
-            raise ValueError(f"{path} is not on the store ({c.STORE_MOUNT})")
+        if not path.startswith(prefix) or naming.plain_path_problem(path):
+            raise ValueError(f"{path!r} is not a plain directory on the store ({c.STORE_MOUNT})")
         mounts.append({"name": STORE_VOLUME, "mountPath": path,
                        "subPath": path.removeprefix(prefix)})
     for mount in naming.source_claims(dep).values():

@@ -11,9 +11,9 @@ Checks run before the expensive work: the image's TensorRT-LLM version against t
 key and the flag dialect depend on it), the visible GPUs against trtllm-build's --workers (ranks are
 built in turn on that many GPUs), and free space on the store before each step that writes to it.
 
-The state directory is <engineDir>/.tritonllm for engine builds and <weightsDir>/.tritonllm for
-download-only (llmapi) plans. Model-repository plans (a single `repository` step) are handled by
-tritonllm.runtime.repository.
+The state directory is the plan's stateDir, else <engineDir>/.tritonllm (engine builds) or
+<weightsDir>/.tritonllm (download-only plans of older operators). Model-repository plans (a
+single `repository` step) are handled by tritonllm.runtime.repository.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ class Builder:
         self.key: str = plan["engineKey"]
         self.engine_dir = Path(plan["engineDir"]) if plan.get("engineDir") else None
         self.weights_dir = Path(plan["weightsDir"])
-        self.state = (self.engine_dir or self.weights_dir) / STATE_DIR
+        state = plan.get("stateDir")
+        self.state = Path(state) if state else (self.engine_dir or self.weights_dir) / STATE_DIR
         self.records: list[dict[str, Any]] = []
         self.trtllm_version: str | None = None
 

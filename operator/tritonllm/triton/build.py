@@ -224,12 +224,15 @@ def build_plan(
 
 
 def download_plan(
-    spec: TritonLLMDeploymentSpec, *, model_key: str, weights_dir: str
+    spec: TritonLLMDeploymentSpec, *, model_key: str, weights_dir: str, state_dir: str
 ) -> dict[str, Any]:
-    """llmapi runtime: only fetch the checkpoint onto the store (no engine is built)."""
+    """llmapi runtime: only fetch the checkpoint onto the store (no engine is built). The step
+    markers go to `state_dir` (under the key's own directory), never next to the weights, which
+    may be a pvc:// directory the Job only reads."""
     return {
         "version": 1,
         "engineKey": model_key,
         "weightsDir": weights_dir,
+        "stateDir": state_dir,
         "steps": [download_step(spec, weights_dir=weights_dir)],
     }
