@@ -115,12 +115,24 @@ class FakeKube:
             body.setdefault("status", live.get("status"))
         return self.put(body)
 
-    async def create(self, obj: Sendable) -> bool:
+    async def create(self, obj: Sendable) -> dict[str, Any] | None:
         self._record("create", obj.kind, obj.name)
         if (obj.kind, obj.namespace, obj.name) in self.objects:
-            return False
-        self.put(obj.body)
-        return True
+            return None
+        body = copy.deepcopy(obj.body)
+        body["metadata"]["uid"] = f"uid-{next(self._versions)}"  # a fresh uid per creation
+        return self.put(body)
+
+    async def add_owner(
+        self, api_version: str, kind: str, namespace: str, name: str, ref: Mapping[str, Any]
+    ) -> None:
+        self._record("patch", kind, name)
+        live = self.objects.get((kind, namespace, name))
+        if live is None:
+            raise KubeError(404, "NotFound", f"{kind} {name} not found")
+        refs = [r for r in live["metadata"].get("ownerReferences") or []
+                if r.get("uid") != ref.get("uid")]
+        self.put({**live, "metadata": {**live["metadata"], "ownerReferences": [*refs, dict(ref)]}})
 
     async def apply_status(self, obj: Sendable) -> dict[str, Any]:
         self._record("apply", obj.kind + "/status", obj.name)

@@ -173,7 +173,7 @@ OPERATOR_VERBS = {
     "poddisruptionbudgets": {"get", "list", "watch", "create", "patch", "delete"},
     "networkpolicies": {"get", "list", "watch", "create", "patch", "delete"},
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
-    "secrets": {"get", "list", "watch", "create"},
+    "secrets": {"get", "create"},
     "pods": {"list"},
     "events": {"create", "list"},
 }
@@ -255,6 +255,7 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
     try:
         assert can("patch", "services") and can("create", "networkpolicies")
         assert not can("patch", "secrets") and not can("delete", "persistentvolumeclaims")
+        assert can("get", "secrets") and not can("list", "secrets") and not can("watch", "secrets")
         assert not can("delete", "services") and not can("create", "pods/exec")
         assert not can("get", "secrets", "kube-system") and not can("list", "configmaps", None)
         token = cluster.kubectl("create", "token", f"{release}-tritonllm", "-n", namespace,

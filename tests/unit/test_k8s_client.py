@@ -100,7 +100,7 @@ def test_writes_are_server_side_applies_with_our_field_manager(tmp_path: Path) -
             before = API_CALLS.labels("apply", "ConfigMap")._value.get()
             assert await kube.apply(CM) == {"ok": True}
             assert API_CALLS.labels("apply", "ConfigMap")._value.get() == before + 1
-            assert await kube.create(CM) is False  # 409: it exists
+            assert await kube.create(CM) is None  # 409: it exists
             assert await kube.delete("v1", "ConfigMap", "ns", "cm") is False  # 404: gone
             server.replies[("PATCH", path)] = (
                 422, {"kind": "Status", "reason": "Invalid", "message": "field is immutable"})

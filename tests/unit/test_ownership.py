@@ -70,16 +70,38 @@ def test_an_object_labelled_ours_but_owned_by_another_is_a_conflict() -> None:
     assert kube.writes() == []
 
 
-def test_our_own_objects_and_shared_build_objects_are_applied() -> None:
+def test_our_own_objects_and_recorded_build_objects_are_applied() -> None:
     body, dep = deployment()
     other = render_all(parse_deployment(cr(metadata={"name": "other", "uid": "uid-other"})))
     kube = FakeKube([body])
     rendered = render_all(dep)
-    # the build ConfigMap of the same engine key, created by another deployment: shared
-    kube.put(other.build_configmap.body)
-    plan = Plan(apply=[rendered.build_configmap.stamped(), rendered.service.stamped()])
+    # the build ConfigMap of the same engine key, created for another deployment: trusted only
+    # because the engine record holds its uid
+    shared = kube.put(other.build_configmap.body)
+    plan = Plan(apply=[rendered.build_configmap.stamped(), rendered.service.stamped()],
+                recorded=frozenset({shared["metadata"]["uid"]}))
     asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert [c.name for c in kube.writes("apply")] == [rendered.build_configmap.name, "demo"]
+
+
+def test_a_labelled_build_object_the_record_does_not_name_is_a_conflict() -> None:
+    body, dep = deployment()
+    rendered = render_all(dep)
+    kube = FakeKube([body, rendered.build_configmap.body])  # labels and owner: all as ours
+    plan = Plan(apply=[rendered.build_configmap.stamped()])
+    with pytest.raises(NameConflict, match="ConfigMap/tritonllm-build-"):
+        asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
+    assert kube.writes() == []
+
+
+def test_a_non_controller_reference_does_not_make_an_object_ours() -> None:
+    body, dep = deployment()
+    service = render_all(dep).service
+    planted = {**service.body, "metadata": {**service.body["metadata"], "ownerReferences": [
+        {**service.body["metadata"]["ownerReferences"][0], "controller": False}]}}
+    kube = FakeKube([body, planted])
+    with pytest.raises(NameConflict, match="Service/demo"):
+        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service.stamped()]), LOG))
 
 
 def test_a_planted_mpi_key_secret_is_not_trusted() -> None:
@@ -136,14 +158,20 @@ def test_a_refused_write_becomes_a_condition_and_an_event() -> None:
     kube = FakeKube([body, claim])
     settings = OperatorSettings(check_gpu_nodes=False)
 
-    apply = kube.apply
+    apply, create = kube.apply, kube.create
 
     async def refuse(obj: Any) -> dict[str, Any]:  # a quota on ConfigMaps
         if obj.kind != "ConfigMap":
             return await apply(obj)
         raise KubeError(403, "Forbidden", "configmaps is forbidden: exceeded quota: q")
 
+    async def refuse_create(obj: Any) -> dict[str, Any] | None:
+        if obj.kind != "ConfigMap":
+            return await create(obj)
+        raise KubeError(403, "Forbidden", "configmaps is forbidden: exceeded quota: q")
+
     kube.apply = refuse  # type: ignore[method-assign]
+    kube.create = refuse_create  # type: ignore[method-assign]
 
     async def main() -> float | None:
         reconciler = Reconciler(kube, settings, kube.cache())  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import pytest
 from tests.cases import cr
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
+from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.reconcile import (
     FINALIZER,
@@ -49,10 +50,14 @@ class World:
         engine = get(c.ENGINE_KIND, r.engine_key)
         if engine is not None and self.engine_status is not None:
             engine = {**engine, "status": self.engine_status}
+        # as tritonllm.handlers.observe reads them: what is rendered, and what should go
+        name = self.body["metadata"]["name"]
+        refs = {o.ref for o in r.objects} | {
+            (k, name) for k in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy")}
         live = {
             k: v
             for k, v in self.objects.items()
-            if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)
+            if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND) and k in refs
         }
         workload = get("Deployment", self.body["metadata"]["name"]) or get(
             "LeaderWorkerSet", self.body["metadata"]["name"])
@@ -90,6 +95,12 @@ class World:
         p = plan(self.body, dep, r, self.observe(r))
         for obj in p.apply:
             self.objects[obj.ref] = copy.deepcopy(obj.body)
+        for obj in p.create:  # created with a fresh uid, which the engine record keeps
+            body = copy.deepcopy(obj.body)
+            body["metadata"]["uid"] = uid = f"created-{obj.kind}-{len(self.objects)}"
+            self.objects[obj.ref] = body
+            assert p.engine_status is not None
+            p.engine_status[RECORDED_AS[obj.kind]] = uid
         for _, kind, name in p.delete:
             self.objects.pop((kind, name), None)
         if p.scale:
@@ -104,6 +115,9 @@ class World:
 
     def finish_job(self, name: str, ok: bool = True, uid: str = "job-uid") -> None:
         job = self.objects[("Job", name)]
+        if self.engine_status and self.engine_status.get("buildJobUid") == job["metadata"].get(
+                "uid"):
+            self.engine_status["buildJobUid"] = uid  # the uid it was created with, in the test
         job["metadata"]["uid"] = uid
         job["status"] = {
             "conditions": [
@@ -145,8 +159,10 @@ def kinds(p: Plan) -> list[str]:
 def test_fresh_object_creates_store_engine_record_and_build() -> None:
     w = World()
     p = w.step()
-    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "ConfigMap", "Job", "Service",
-                        "NetworkPolicy"]
+    assert kinds(p) == ["PersistentVolumeClaim", c.ENGINE_KIND, "Service", "NetworkPolicy"]
+    # the build objects are created (never applied over a name someone took), their uids recorded
+    assert [o.kind for o in p.create] == ["ConfigMap", "Job"]
+    assert w.engine_status["buildJobUid"] and w.engine_status["buildPlanUid"]
     assert w.engine_status["state"] == "Building"
     assert w.cond(c.COND_ENGINE_READY)["reason"] == "Building"
     assert w.cond(c.COND_PROGRESSING)["status"] == "True"
@@ -284,7 +300,7 @@ def test_failed_build_reports_log_tail_and_retries_with_backoff() -> None:
     p = w.step()
     assert ("batch/v1", "Job", job) in p.delete
     p = w.step()
-    assert ("Job", job) in [(o["kind"], o["metadata"]["name"]) for o in p.apply]
+    assert ("Job", job) in [(o.kind, o.name) for o in p.create]
 
 
 def test_build_gives_up_after_the_attempt_limit() -> None:
@@ -405,17 +421,23 @@ def test_invalid_spec_is_degraded_and_touches_nothing() -> None:
     assert degraded["observedGeneration"] == 3
 
 
-def test_multi_node_creates_the_mpi_secret_once_the_repository_is_ready() -> None:
+def test_multi_node_creates_the_mpi_secret_on_the_first_pass() -> None:
+    """Its name is computable: waiting for the engine would leave it free for someone else."""
     w = World({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}},
                "storage": {"create": {"size": "1Gi"}}}, mpi_secret_present=False)
-    w.obs["mpi_secret_present"] = False
     p = w.step()
-    assert not p.create_mpi_secret
+    assert p.create_mpi_secret and "LeaderWorkerSet" not in kinds(p)
+    w.obs["mpi_secret_present"] = True
     w.finish_job(w.render.build_job["metadata"]["name"])
     w.step()
     w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
     p = w.step()
-    assert p.create_mpi_secret and "LeaderWorkerSet" in kinds(p)
+    assert not p.create_mpi_secret and "LeaderWorkerSet" in kinds(p)
+    # blocked by a missing prerequisite: the Secret is still created first
+    w = World({"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}},
+              mpi_secret_present=False)
+    p = w.step()
+    assert w.cond(c.COND_DEGRADED)["reason"] == "StoreMissing" and p.create_mpi_secret
 
 
 def test_only_retention_delete_gets_a_finalizer() -> None:

@@ -92,7 +92,7 @@ def failed_build_world() -> tuple[FakeKube, str]:
     engine = {
         "apiVersion": c.API_VERSION, "kind": c.ENGINE_KIND,
         "metadata": {"name": naming.engine_key(dep), "namespace": "default"},
-        "status": {"state": "Failed", "attempts": 1, "lastFailure": {
+        "status": {"state": "Failed", "attempts": 1, "buildJobUid": "j1", "lastFailure": {
             "reason": "BackoffLimitExceeded", "time": failed_at, "job": "j1"}},
     }
     kube.put(engine)
@@ -131,7 +131,7 @@ def test_a_build_backoff_is_retried_when_it_runs_out_not_at_resync() -> None:
     assert seen["first_due"] == pytest.approx(wait)
     (deleted,) = kube.writes("delete", "Job")
     assert deleted.name == job and deleted.time == pytest.approx(wait)  # at the stated delay
-    (created,) = kube.writes("apply", "Job")
+    (created,) = kube.writes("create", "Job")
     assert created.name == job and created.time == pytest.approx(recreate)
     # While the new build runs, the plan asks to look again every PROGRESS_REQUEUE_SECONDS.
     assert seen["next_due"] == pytest.approx(PROGRESS_REQUEUE_SECONDS - 1)

@@ -66,12 +66,12 @@ ClusterRole when it watches them all. */}}
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [list, watch, create, patch]
-# Secrets: watched for key names only (the token Secret's key, the MPI key Secret); the MPI key
-# Secret is created once and read when a create finds its name taken. Names are chosen per
-# deployment, so resourceNames cannot narrow these verbs (docs/hardening.md).
+# Secrets: never listed or watched; the two a deployment names (its token Secret, its MPI key
+# Secret) are read by name, and the MPI key Secret is created once. Names are chosen per
+# deployment, so resourceNames cannot narrow get (docs/hardening.md).
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [get, list, watch, create]
+  verbs: [get, create]
 # Pods are not watched: listed when a Job failed, a Job has no running pod, or a rollout stalls.
 - apiGroups: [""]
   resources: [pods]

@@ -88,6 +88,10 @@ class TritonLLMEngineStatus(ApiModel):
     """Build attempts that failed so far."""
     buildJob: str | None = None
     """Name of the build Job."""
+    buildJobUid: str | None = None
+    """UID of the build Job the operator created (only that Job's result is trusted)."""
+    buildPlanUid: str | None = None
+    """UID of the build plan ConfigMap the operator created (only that plan is trusted)."""
     lastFailure: EngineFailure | None = None
     """The last failed attempt."""
     builtAt: str | None = None

@@ -85,3 +85,5 @@ class TritonLLMDeploymentStatus(ApiModel):
     """Short reason of the current state (the reason of Degraded, Progressing or Available)."""
     parallelism: str | None = None
     """tp x pp, for `kubectl get`."""
+    mpiSecretUid: str | None = None
+    """Multi node: UID of the MPI SSH key Secret the operator created (only that one is used)."""

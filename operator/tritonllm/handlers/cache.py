@@ -6,10 +6,13 @@ the deployment, its engine record and its children; (namespace, engine key) for 
 using an engine; (namespace, deployment) for its repository revisions; the GPU product for nodes.
 A steady-state reconcile therefore sends no read request, and nothing it does is proportional to
 the number of deployments: no list of all deployments or all Jobs, an engine-cache hit is one
-dict lookup. Pods are not watched (each goes through half a dozen states, a thousand
-deployments' worth of events for what matters only when something is wrong): a failed Job's
-pods and the pods of a rollout that is not done are listed when, and only when, a reconcile
-needs them (tritonllm.handlers.observe).
+dict lookup. Kinds the operator creates are watched with a label selector on its managed-by label
+(the API server filters: another team's ConfigMaps or Jobs never reach the process). Secrets are
+not watched at all (tritonllm.handlers.observe reads the two it needs by name). Pods are not
+watched either (each goes through half a dozen states, a thousand deployments' worth of events
+for what matters only when something is wrong): a failed Job's pods and the pods of a rollout
+that is not done are listed when, and only when, a reconcile needs them
+(tritonllm.handlers.observe).
 
 kopf fills the indexes before it calls any handler (so the first reconciles see a complete
 cluster), and keeps them current from the watch streams. What it cannot know yet are our own
@@ -56,7 +59,7 @@ def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
     if managed_by is not None and "labels" not in out:
         out["labels"] = {c.LABEL_MANAGED_BY: managed_by}
     owners = [
-        {k: r[k] for k in ("kind", "name", "uid") if k in r}
+        {k: r[k] for k in ("kind", "name", "uid", "controller") if k in r}
         for r in meta.get("ownerReferences") or []
     ]
     if owners:
@@ -136,7 +139,7 @@ def project_child(obj: Mapping[str, Any]) -> Obj:
 
 
 def project_secret(obj: Mapping[str, Any]) -> Obj:
-    """A Secret's key names (never its values)."""
+    """A Secret's key names and whose it is (never its values)."""
     return {"metadata": _meta(obj), "keys": sorted(obj.get("data") or {})}
 
 
@@ -226,7 +229,7 @@ BY_NAME: dict[str, IndexSpec] = {
                ("networking.k8s.io", "v1", "networkpolicies"), project_child, managed=True),
         _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
                project_child),
-        _named("tritonllm_secrets", "Secret", ("", "v1", "secrets"), project_secret),
+        # Secrets are not watched at all: read by name (tritonllm.handlers.observe.SecretChecks).
     )
 }
 USERS_OF_ENGINE = IndexSpec("tritonllm_users_of_engine", c.KIND, (c.GROUP, c.VERSION, c.PLURAL),
@@ -240,6 +243,16 @@ def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
     """Every index the reconciler reads (nodes only when NoMatchingNodes is checked)."""
     specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS]
     return [*specs, GPU_NODES] if gpu_nodes else specs
+
+
+def managed_resources(specs: Iterable[IndexSpec]) -> list[tuple[str, str, str]]:
+    """The resources whose every index reads only objects labelled managed-by tritonllm: their
+    list and watch requests carry that label selector, so the API server sends nothing else
+    (kopf's `labels=` filter alone is applied in the process, after every object arrived)."""
+    managed: dict[tuple[str, str, str], bool] = {}
+    for spec in specs:
+        managed[spec.resource] = managed.get(spec.resource, True) and spec.managed
+    return [res for res, only in managed.items() if only]
 
 
 # --- reading ------------------------------------------------------------------------------------
@@ -336,10 +349,6 @@ class Cache:
             return False
         self._seen[ref] = digest
         return True
-
-    def secret_keys(self, namespace: str, name: str) -> list[str] | None:
-        secret = self.get("Secret", namespace, name)
-        return None if secret is None else list(secret["keys"])
 
     def deployments_using(self, namespace: str, engine_key: str) -> list[str]:
         """Names of the deployments whose status says they use engine `engine_key` (as their

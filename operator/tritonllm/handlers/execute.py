@@ -1,9 +1,10 @@
 """Carry out a Plan: the writes, in a fixed order, then the status and the Events.
 
-Order: finalizers, the MPI SSH Secret, applies (in apply order), deletions, scale, the engine
-record's status, the deployment's status, Events. Everything sent is a Manifest from
-tritonllm.render; what the API server returns is remembered by the cache until the watches
-deliver it.
+Order: finalizers, the MPI SSH Secret, applies (in apply order), creates of the engine key's
+build objects (their uids go into the engine record's status), owner references added to them,
+deletions, scale, the engine record's status, the deployment's status, Events. Everything sent
+is a Manifest from tritonllm.render; what the API server returns is remembered by the cache until
+the watches deliver it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.ownership import conflict_message, is_ours, is_shared, is_shared_live
+from tritonllm.plan.ownership import conflict_message, is_ours
 from tritonllm.plan.reconcile import Plan
 from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
+from tritonllm.render.pod import owner_references
 from tritonllm.render.status import status_object
 
 from .cache import Cache
@@ -116,15 +118,20 @@ async def execute(
     if p.finalizers is not None:
         await kube.set_finalizers(body, p.finalizers)
     if p.create_mpi_secret and dep is not None:
-        await _create_mpi_secret(kube, dep, logger)
+        await _mpi_secret(kube, cache, body, dep, p, logger)
     uid = dep.metadata.uid or "" if dep is not None else ""
     await _apply(kube, cache, p, ns, uid, logger)
+    await _create(kube, cache, p, ns, engine_key, logger)
+    if p.add_owner and dep is not None:
+        await _add_owner(kube, p, dep, logger)
     for api_version, kind, obj_name in p.delete:
         live = cache.get(kind, ns, obj_name)
-        if live is not None and not is_ours(live, uid, shared=is_shared_live(live)):
+        if live is None:
+            continue  # nothing of ours by that name (deleting by name could hit another's)
+        if not is_ours(live, uid, recorded=p.recorded):
             raise NameConflict(conflict_message(kind, obj_name, live))
         try:
-            owner_uid = ((live or {}).get("metadata") or {}).get("uid")
+            owner_uid = live["metadata"].get("uid")
             if await kube.delete(api_version, kind, ns, obj_name, uid=owner_uid):
                 logger.info("deleted %s/%s", kind, obj_name)
         except KubeError as exc:
@@ -152,7 +159,7 @@ async def execute(
 async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: Logger) -> None:
     for obj in p.apply:
         if obj.kind in CHECKED_KINDS:
-            await _name_is_free(kube, cache, obj, uid)
+            await _name_is_free(kube, cache, obj, uid, p.recorded)
         try:
             cache.remember(await kube.apply(obj))
             logger.info("applied %s/%s", obj.kind, obj.name)
@@ -165,7 +172,9 @@ async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: L
             raise WriteRefused("apply", obj.kind, obj.name, exc) from exc
 
 
-async def _name_is_free(kube: Kube, cache: Cache, obj: Manifest, uid: str) -> None:
+async def _name_is_free(
+    kube: Kube, cache: Cache, obj: Manifest, uid: str, recorded: frozenset[str]
+) -> None:
     """The object to apply is ours or does not exist yet. What the watches show is checked
     without a request; an object they do not show (not labelled as ours) is read once, before
     it would be created."""
@@ -175,25 +184,99 @@ async def _name_is_free(kube: Kube, cache: Cache, obj: Manifest, uid: str) -> No
             live = await kube.get(obj.api_version, obj.kind, obj.namespace, obj.name)
     except KubeError as exc:
         raise WriteRefused("get", obj.kind, obj.name, exc) from exc
-    if live is not None and not is_ours(live, uid, shared=is_shared(obj)):
+    if live is not None and not is_ours(live, uid, recorded=recorded):
         raise NameConflict(conflict_message(obj.kind, obj.name, live))
 
 
-async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> None:
-    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md). A Secret of
-    that name that is not ours is never trusted (its keys would let someone in)."""
+# Where the engine record's status keeps the uid of each build object the operator created.
+RECORDED_AS = {"Job": "buildJobUid", "ConfigMap": "buildPlanUid"}
+
+
+async def _create(
+    kube: Kube, cache: Cache, p: Plan, ns: str, engine_key: str | None, logger: Logger
+) -> None:
+    """Create the engine key's build objects (POST: a name someone took first is refused, never
+    adopted) and record their uids in the engine record's status at once (should a later write
+    of this pass fail, an unrecorded object of ours would read as someone else's)."""
+    created_any = False
+    try:
+        for obj in p.create:
+            try:
+                created = await kube.create(obj)
+            except KubeError as exc:
+                raise WriteRefused("create", obj.kind, obj.name, exc) from exc
+            if created is None:
+                live = cache.get(obj.kind, ns, obj.name) or await kube.get(
+                    obj.api_version, obj.kind, ns, obj.name)
+                if live is not None and live["metadata"].get("uid") in p.recorded:
+                    continue  # ours (created by an earlier pass)
+                raise NameConflict(conflict_message(obj.kind, obj.name, live))
+            cache.remember(created)
+            created_any = True
+            logger.info("created %s/%s", obj.kind, obj.name)
+            if p.engine_status is not None and obj.kind in RECORDED_AS:
+                uid = created["metadata"]["uid"]
+                p.engine_status = {**p.engine_status, RECORDED_AS[obj.kind]: uid}
+    finally:
+        if created_any and p.engine_status is not None and engine_key is not None:
+            record = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
+            cache.remember(await kube.apply_status(record))
+            p.engine_status = None  # written
+
+
+async def _add_owner(kube: Kube, p: Plan, dep: TritonLLMDeployment, logger: Logger) -> None:
+    """This deployment's (non-controller) owner reference on the shared build objects."""
+    ref = owner_references(dep, controller=False)[0]
+    for api_version, kind, name in p.add_owner:
+        try:
+            await kube.add_owner(api_version, kind, dep.namespace, name, ref)
+        except KubeError as exc:
+            if exc.status == 404:
+                continue  # gone meanwhile: the next pass creates it
+            raise WriteRefused("patch", kind, name, exc) from exc
+        logger.info("%s/%s is also owned by this deployment", kind, name)
+
+
+async def _mpi_secret(
+    kube: Kube,
+    cache: Cache,
+    body: Mapping[str, Any],
+    dep: TritonLLMDeployment,
+    p: Plan,
+    logger: Logger,
+) -> None:
+    """Create the MPI key Secret and record its uid in the status at once (should a later write
+    of this pass fail, the Secret would otherwise read as someone else's) and in the status
+    this pass writes: only the Secret with this uid is ever used."""
+    created = await _create_mpi_secret(kube, dep, logger)
+    ns, name = dep.namespace, dep.name
+    recorded = {**(body.get("status") or {}), "mpiSecretUid": created}
+    try:
+        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, recorded)))
+    except KubeError as exc:
+        # Unrecorded, it would read as someone else's: remove it (that very one); the next
+        # pass creates it again.
+        secret = naming.mpi_secret_name(dep)
+        try:
+            await kube.delete("v1", "Secret", ns, secret, uid=created)
+        except KubeError as err:
+            logger.warning("could not remove unrecorded Secret/%s: %s", secret, err)
+        raise WriteRefused("record", c.KIND, name, exc) from exc
+    if p.status is not None:
+        p.status = {**p.status, "mpiSecretUid": created}
+
+
+async def _create_mpi_secret(kube: Kube, dep: TritonLLMDeployment, logger: Logger) -> str:
+    """The per-deployment SSH keys of the multi-node MPI bootstrap (docs/in-pod.md); returns the
+    new Secret's uid. A Secret of that name the operator did not just create is never trusted
+    (its keys would let someone in): NameConflict."""
     name = naming.mpi_secret_name(dep)
     try:
         created = await kube.create(mpi_secret(dep, ssh_key_pairs(f"tritonllm-{dep.name}")))
         live = None if created else await kube.get("v1", "Secret", dep.namespace, name)
     except KubeError as exc:
         raise WriteRefused("create", "Secret", name, exc) from exc
-    if live is not None and not _owned_secret(live, dep.metadata.uid or ""):
+    if created is None:
         raise NameConflict(conflict_message("Secret", name, live))
-    if created:
-        logger.info("created Secret/%s (MPI SSH keys)", name)
-
-
-def _owned_secret(live: Mapping[str, Any], uid: str) -> bool:
-    refs = live.get("metadata", {}).get("ownerReferences") or []
-    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+    logger.info("created Secret/%s (MPI SSH keys)", name)
+    return str(created["metadata"]["uid"])

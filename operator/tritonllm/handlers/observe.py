@@ -1,10 +1,12 @@
 """Read the world of one deployment: everything the planner's Observed holds.
 
-From the watch caches (tritonllm.handlers.cache), with no API request, except for pods, which are
-not watched: the pods of a failed Job (their termination messages say why), the serving pods
-while a rollout is not done (the scheduler's complaint), and the pods of a build or repository
-Job that has no running pod (why it does not start; with no pod at all, the Job's FailedCreate
-Events) are listed then, and only then, at most once per PodChecks.RECHECK_SECONDS each.
+From the watch caches (tritonllm.handlers.cache), with no API request, except for pods and
+Secrets, which are not watched: the pods of a failed Job (their termination messages say why),
+the serving pods while a rollout is not done (the scheduler's complaint), and the pods of a build
+or repository Job that has no running pod (why it does not start; with no pod at all, the Job's
+FailedCreate Events) are listed then, and only then, at most once per PodChecks.RECHECK_SECONDS
+each; the two Secrets a deployment names (the user's token, the MPI keys) are read by name
+(SecretChecks).
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from tritonllm.plan.observed import (
     job_running,
     unschedulable_message,
 )
-from tritonllm.plan.ownership import conflict_message
+from tritonllm.plan.ownership import is_ours
 from tritonllm.plan.stalls import Stall, job_stall
 from tritonllm.render import Rendered, naming
 
-from .cache import Cache
+from .cache import Cache, project_secret
 
 Obj = dict[str, Any]
 
@@ -44,24 +46,22 @@ async def observe(
     workload: Obj | None,
     now: dt.datetime,
     pods: PodChecks,
+    secrets: SecretChecks,
 ) -> Observed:
     ns, spec = dep.namespace, dep.spec
     build_job = cache.get("Job", ns, r.build_job.name)
     repo_job = cache.get("Job", ns, r.repository_job.name)
     cred = spec.model.credentials
-    keys = cache.secret_keys(ns, cred.secretName) if cred else None
+    token = await secrets.get(kube, ns, cred.secretName) if cred else None
     product = spec.gpu.product if settings.check_gpu_nodes else None
     mpi_name = naming.mpi_secret_name(dep)
-    mpi = cache.get("Secret", ns, mpi_name) if spec.topology.multi_node else None
-    owners = {ref.get("uid") for ref in ((mpi or {}).get("metadata") or {}).get("ownerReferences")
-              or []}
-    foreign = [] if mpi is None or dep.metadata.uid in owners else [
-        conflict_message("Secret", mpi_name, mpi)
-    ]
+    mpi = await secrets.get(kube, ns, mpi_name) if spec.topology.multi_node else None
+    if mpi is not None and not is_ours(mpi, dep.metadata.uid or ""):
+        secrets.forget(ns, mpi_name)  # not ours: looked at again next time (it may be gone)
     return Observed(
         now=now,
         store=cache.get("PersistentVolumeClaim", ns, spec.storage.claimName),
-        secret_present=None if cred is None else keys is not None and cred.key in keys,
+        secret_present=None if cred is None else token is not None and cred.key in token["keys"],
         gpu_nodes=cache.gpu_nodes(product) if product else None,
         engine=engine,
         build_job=build_job,
@@ -74,8 +74,8 @@ async def observe(
         live=_live(cache, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
+        mpi_secret=mpi,
         unschedulable=await pods.unschedulable(kube, dep, workload),
-        foreign=foreign,
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 
@@ -166,3 +166,39 @@ class PodChecks:
 
 
 
+
+
+class SecretChecks:
+    """The Secrets a deployment names, read by name: the operator neither lists nor watches
+    Secrets (no other Secret of the cluster reaches it). A Secret found is read again at most
+    once per RECHECK_SECONDS (a steady-state reconcile sends no request); one not found, on
+    every reconcile that needs it (it blocks the deployment until it appears). Only key names
+    and ownership are kept, never values."""
+
+    RECHECK_SECONDS = 300.0
+    PRUNE_AT = 4096
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str], tuple[float, Obj]] = {}
+        self._prune_at = self.PRUNE_AT
+
+    async def get(self, kube: Kube, namespace: str, name: str) -> Obj | None:
+        key = (namespace, name)
+        now = time.monotonic()
+        hit = self._found.get(key)
+        if hit is not None and now - hit[0] < self.RECHECK_SECONDS:
+            return hit[1]
+        live = await kube.get("v1", "Secret", namespace, name)
+        if live is None:
+            self._found.pop(key, None)
+            return None
+        slim = project_secret(live)
+        self._found[key] = (now, slim)
+        if len(self._found) > self._prune_at:  # drop what nobody asked for since
+            self._found = {k: v for k, v in self._found.items()
+                           if now - v[0] < self.RECHECK_SECONDS}
+            self._prune_at = max(self.PRUNE_AT, 2 * len(self._found))
+        return slim
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._found.pop((namespace, name), None)

@@ -25,7 +25,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 
-from .cache import Cache, IndexSpec, index_specs
+from .cache import Cache, IndexSpec, index_specs, managed_resources
 from .metrics import ACTING
 from .reconciler import Reconciler
 
@@ -33,6 +33,7 @@ log = logging.getLogger("tritonllm.operator")
 
 _state: dict[str, Any] = {}
 MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
+MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.APP_NAME}"
 # kopf's per-object workers, per watched kind, and how long an idle one lingers.
 WORKERS_PER_KIND = 64
 WORKER_IDLE_SECONDS = 1.0
@@ -67,6 +68,14 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
         kopf.index(*resource, id=spec.id, labels=MANAGED if spec.managed else None)(
             _indexer(spec)
         )
+
+
+def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) -> None:
+    """The list and watch requests of the kinds we create carry our label selector: the API
+    server sends only our objects (kopf's `labels=` filters alone run after each object arrived
+    and was parsed)."""
+    for resource in managed_resources(specs):
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
 
 
 def _indexer(spec: IndexSpec) -> Any:
@@ -105,6 +114,7 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     settings.networking.request_timeout = ours.api_timeout_seconds
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = NoDiffBase()
+    filter_server_side(settings, _state.get("indexes", []))
     # kopf hands every index to every handler, by id; they fill before any event is handled.
     _state["indices"] = {
         spec.id: kwargs[spec.id] for spec in _state.get("indexes", []) if spec.id in kwargs

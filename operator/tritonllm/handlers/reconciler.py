@@ -43,7 +43,7 @@ from tritonllm.render.manifest import Manifest
 from .cache import Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
-from .observe import PodChecks, observe
+from .observe import PodChecks, SecretChecks, observe
 from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -87,6 +87,7 @@ class Reconciler:
         self._engine_locks: dict[Key, asyncio.Lock] = {}
         self.schedule = Schedule(self.request)
         self._pods = PodChecks()
+        self._secrets = SecretChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         # Passes in flight at once: enough to keep the API client busy; more would only hold
@@ -207,6 +208,9 @@ class Reconciler:
         """Whatever ended a pass is said on the object (Degraded + an Event naming the object
         or field and the fix), not only in the log; the pass is then retried with backoff."""
         reason, message = failure(exc)
+        meta = body["metadata"]
+        # the newest status we know (this pass may have written to it before it failed)
+        body = self.cache.get(c.KIND, meta["namespace"], meta["name"]) or body
         decision = plan_failed(body, reason, message, Observed(now=now))
         try:
             await execute(self.kube, self.cache, body, None, decision, logger)
@@ -238,7 +242,7 @@ class Reconciler:
             raise InvalidDeployment(too_big)
         obs = await observe(
             self.kube, self.cache, self.settings, dep, rendered,
-            engine=engine, workload=workload, now=now, pods=self._pods,
+            engine=engine, workload=workload, now=now, pods=self._pods, secrets=self._secrets,
         )
         decision = plan(body, dep, rendered, obs)
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)

@@ -317,10 +317,11 @@ class Kube:
         )
         return out
 
-    async def create(self, obj: Sendable) -> bool:
-        """Create; False when it already exists (for objects that must not be re-applied)."""
+    async def create(self, obj: Sendable) -> dict[str, Any] | None:
+        """Create; the object as created, or None when the name is taken (for objects that must
+        not be re-applied, or adopted)."""
         try:
-            await self._call(
+            out: dict[str, Any] = await self._call(
                 "create",
                 obj.kind,
                 "POST",
@@ -328,11 +329,26 @@ class Kube:
                 body=obj.body,
                 query=[("fieldManager", self.field_manager)],
             )
-            return True
+            return out
         except KubeError as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
+
+    async def add_owner(
+        self, api_version: str, kind: str, namespace: str, name: str, ref: Mapping[str, Any]
+    ) -> None:
+        """Add one owner reference (a strategic merge by uid: the others stay, a second add of
+        the same is a no-op). Built-in kinds only (custom resources take no strategic merge)."""
+        await self._call(
+            "patch",
+            kind,
+            "PATCH",
+            path_for(api_version, kind, namespace, name),
+            body={"metadata": {"ownerReferences": [dict(ref)]}},
+            query=[("fieldManager", self.field_manager)],
+            content_type="application/strategic-merge-patch+json",
+        )
 
     async def apply_status(self, obj: Sendable) -> dict[str, Any]:
         """Server-side apply of the status subresource."""

@@ -26,6 +26,7 @@ from tritonllm.render.engine import engine_record
 
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed
+from .ownership import owner_uids
 from .stalls import Context, Stall, explain
 from .writes import Plan, parse_time, rfc3339, want
 
@@ -82,7 +83,7 @@ def engine_step(
         status = _advance(p, dep, rendered, obs, old, uid)
     # The record's status is written once the record exists or is created in this pass.
     record_exists = obs.engine is not None or not blocked
-    if record_exists and (status != old or obs.engine is None):
+    if record_exists and (status != old or obs.engine is None or p.create):
         p.engine_status = status.to_wire()
     stall = obs.build_stall if status.state == "Building" else None
     return EngineStep(
@@ -119,8 +120,16 @@ def _advance(
     if job.phase == "Failed":
         return _failed(p, status, job, name, what, obs)
     if job.phase == "Missing":
-        want(p, obs, rendered.build_configmap)
-        want(p, obs, rendered.build_job)
+        # Created, not applied: a name taken meanwhile is refused, never adopted; the executor
+        # records the new uids (buildPlanUid, buildJobUid) with this status.
+        if obs.live.get(rendered.build_configmap.ref) is None:
+            p.create.append(rendered.build_configmap.stamped())
+        else:
+            want(p, obs, rendered.build_configmap)
+        p.create.append(rendered.build_job.stamped())
+        status = status.model_copy(update={"buildJobUid": None})
+    else:
+        _add_owner(p, rendered, obs, uid)
     return status.model_copy(
         update={
             "state": "Building",
@@ -129,6 +138,20 @@ def _advance(
             "builtFor": uid if status.builtFor is None else status.builtFor,
         }
     )
+
+
+def _add_owner(p: Plan, rendered: Rendered, obs: Observed, uid: str) -> None:
+    """Every deployment waiting for a build owns its Job and plan (not as their controller):
+    deleting the one that started it must not garbage-collect a build others still wait for.
+    The garbage collector drops the reference of a deployment that goes."""
+    if not uid:
+        return
+    for obj, live in (
+        (rendered.build_configmap, obs.live.get(rendered.build_configmap.ref)),
+        (rendered.build_job, obs.build_job),
+    ):
+        if live is not None and uid not in owner_uids(live):
+            p.add_owner.append((obj.api_version, obj.kind, obj.name))
 
 
 def _failed(

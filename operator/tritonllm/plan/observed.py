@@ -43,6 +43,8 @@ class Observed:
     repo_revisions: Sequence[str] = ()
     # Multi node only: whether the per-deployment MPI SSH key Secret exists (None: not needed).
     mpi_secret_present: bool | None = None
+    # That Secret as read (metadata and key names), when it exists.
+    mpi_secret: Obj | None = None
     # Why a serving pod cannot be scheduled (the scheduler's message), if one cannot.
     unschedulable: str | None = None
     # Why the workload's controller cannot create serving pods (its ReplicaFailure message).

@@ -1,12 +1,24 @@
-"""Ownership: the operator changes and deletes only objects it created. Pure.
+"""Ownership: the operator trusts, changes and deletes only objects it created. Pure.
 
-An object is the deployment's when it carries the operator's managed-by label and an owner
-reference to the deployment's uid. Objects shared by the deployments of one engine key (the build
-Job and its plan ConfigMap: several owners, none the controller) need only the label. Anything
-else with a name the deployment needs (a Service that was there first, the cluster's own
-`kubernetes` Service, a Secret someone planted under the MPI key Secret's name) is a name
-conflict: nothing is applied to it, nothing deletes it, and the deployment says which object is
-in the way (Degraded, reason NameConflict) until it is renamed or removed.
+Labels and owner references can be written by anyone who may create the object, so neither alone
+says who created it. An object is the deployment's when it carries the operator's managed-by
+label and
+
+- a per-deployment object (Service, workload, repository Job and plan, ...): a *controller* owner
+  reference to the deployment's uid (the operator writes exactly one; a non-controller reference
+  is what the shared build objects carry for every user); the MPI key Secret, whose keys open the
+  workers' sshd, also needs its uid to be the one the deployment's status recorded when the
+  operator created it (`mpiSecretUid`; users cannot write the status);
+- an object of an engine key, shared by the deployments with that key (the build Job and its plan
+  ConfigMap): its own uid is the one the operator recorded in the TritonLLMEngine's status when it
+  created it (`buildJobUid`, `buildPlanUid`; users cannot write that status). A Job planted under
+  the computable name, with the right labels and a `Complete` status, is therefore never read as
+  a finished build.
+
+Anything else with a name the deployment needs (a Service that was there first, the cluster's own
+`kubernetes` Service, a planted Job or Secret) is a name conflict: nothing is applied to it,
+nothing deletes it, nothing reads its result, and the deployment says which object is in the way
+(Degraded, reason NameConflict) until it is renamed or removed.
 
 What the watches show is checked here, before any write; an object the watches cannot show
 (one without our label) is found by the executor's read before it creates an object
@@ -15,36 +27,69 @@ What the watches show is checked here, before any write; an object the watches c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.render import Manifest
+from tritonllm.api.engine import TritonLLMEngineStatus
 
 from .observed import Observed
 from .writes import Plan
 
 
-def is_ours(live: Mapping[str, Any], uid: str, *, shared: bool = False) -> bool:
-    """Whether a live object was created for the deployment with this uid."""
+def controlled_by(live: Mapping[str, Any], uid: str) -> bool:
+    """Whether the live object names the deployment with this uid as its controller."""
+    refs = (live.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(
+        r.get("uid") == uid and r.get("controller") is True and r.get("kind") == c.KIND
+        for r in refs
+    )
+
+
+def is_ours(live: Mapping[str, Any], uid: str, *, recorded: Collection[str] = ()) -> bool:
+    """Whether a live object was created for the deployment with this uid (per-deployment: a
+    controller reference) or by the operator for its engine key (its uid is in `recorded`)."""
     meta = live.get("metadata") or {}
     if (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY) != c.APP_NAME:
         return False
-    if shared:
+    if meta.get("uid") and meta.get("uid") in recorded:
         return True
-    return bool(uid) and uid in {r.get("uid") for r in meta.get("ownerReferences") or []}
+    return controlled_by(live, uid)
 
 
-def is_shared(obj: Manifest) -> bool:
-    """Objects of an engine key (owned by all its deployments, controlled by none)."""
-    refs = obj.body["metadata"].get("ownerReferences") or []
-    return bool(refs) and not any(r.get("controller") for r in refs)
+def recorded_uids(engine: Mapping[str, Any] | None) -> frozenset[str]:
+    """The uids of the build objects the operator created, as its engine record says."""
+    st = TritonLLMEngineStatus.model_validate((engine or {}).get("status") or {})
+    return frozenset(u for u in (st.buildJobUid, st.buildPlanUid) if u)
 
 
-def is_shared_live(live: Mapping[str, Any]) -> bool:
-    """A live object of an engine key (its labels name the key and no deployment)."""
-    labels = (live.get("metadata") or {}).get("labels") or {}
-    return c.LABEL_ENGINE_KEY in labels and c.LABEL_INSTANCE not in labels
+def owner_uids(live: Mapping[str, Any] | None) -> set[str]:
+    return {r.get("uid", "") for r in ((live or {}).get("metadata") or {}).get("ownerReferences")
+            or []}
+
+
+def mpi_secret_check(
+    body: Mapping[str, Any], obs: Observed, uid: str
+) -> tuple[str | None, str | None]:
+    """The MPI key Secret: (a conflict message, a uid to record). Ours is the one whose uid the
+    deployment's status records (`mpiSecretUid`, written when the operator created it). A
+    deployment reconciled by an older operator, which recorded none, adopts the Secret it
+    controls once its LeaderWorkerSet (created only after that Secret) exists and is ours; a
+    Secret found before the operator created one (a first pass) is never adopted."""
+    live = obs.mpi_secret
+    if live is None:
+        return None, None
+    name = (live.get("metadata") or {}).get("name", "")
+    recorded = ((body.get("status") or {}).get("mpiSecretUid")) or None
+    live_uid = (live.get("metadata") or {}).get("uid")
+    if recorded:
+        if live_uid == recorded and is_ours(live, uid, recorded={recorded}):
+            return None, None
+        return conflict_message("Secret", name, live), None
+    legacy = obs.workload is not None and is_ours(obs.workload, uid)
+    if legacy and is_ours(live, uid) and live_uid:
+        return None, str(live_uid)
+    return conflict_message("Secret", name, live), None
 
 
 def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None) -> str:
@@ -63,15 +108,33 @@ def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None
     )
 
 
-def conflicts(p: Plan, obs: Observed, uid: str) -> list[str]:
-    """Messages for every planned write or deletion that would touch another's object."""
-    out = list(obs.foreign)
+def conflicts(p: Plan, obs: Observed, uid: str, *, build_objects: Iterable[tuple[str, str]] = (),
+              ) -> list[str]:
+    """Messages for every object the deployment needs that is not its own: what the planner
+    would apply, delete or read. `build_objects` ((kind, name) of the build Job and plan) are
+    checked only while the engine is not Ready (a Ready engine's Job is never read again)."""
+    recorded = recorded_uids(obs.engine)
+    ready = TritonLLMEngineStatus.model_validate(
+        (obs.engine or {}).get("status") or {}).state == "Ready"
+    skip = set() if not ready else set(build_objects)
+    seen: dict[tuple[str, str], Mapping[str, Any]] = {
+        k: v for k, v in obs.live.items() if k not in skip
+    }
+    for job in (obs.build_job, obs.repo_job):
+        if job is not None:
+            ref = ("Job", job["metadata"]["name"])
+            if ref not in skip:
+                seen[ref] = job
     for obj in p.apply:
         live = obs.live.get(obj.ref)
-        if live is not None and not is_ours(live, uid, shared=is_shared(obj)):
-            out.append(conflict_message(obj.kind, obj.name, live))
+        if live is not None:
+            seen[obj.ref] = live
     for _, kind, name in p.delete:
         live = obs.live.get((kind, name))
-        if live is not None and not is_ours(live, uid, shared=is_shared_live(live)):
+        if live is not None:
+            seen[(kind, name)] = live
+    out = list(obs.foreign)
+    for (kind, name), live in seen.items():
+        if not is_ours(live, uid, recorded=recorded):
             out.append(conflict_message(kind, name, live))
     return out

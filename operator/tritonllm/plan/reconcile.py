@@ -3,6 +3,8 @@
 The operator is level-based and stateless: every reconcile reads the world, and this module
 decides, in order,
 
+0. multi node: the MPI key Secret (created on the first pass, so that its name is never free
+   for someone else to take while the deployment waits for its engine),
 1. the model store (create the claim if asked; otherwise wait for it),
 2. prerequisites the schema cannot see (the token Secret, nodes with the GPU product),
 3. the engine: reuse a Ready TritonLLMEngine (cache hit) or run its build Job, retrying a failed
@@ -32,7 +34,13 @@ from .deletion import FINALIZER, finalizers_for, plan_deletion
 from .engine import MAX_BUILD_ATTEMPTS, backoff_seconds, engine_step
 from .gc import collect_garbage
 from .observed import Obj, Observed, unschedulable_message
-from .ownership import conflict_message, conflicts, is_ours
+from .ownership import (
+    conflict_message,
+    conflicts,
+    is_ours,
+    mpi_secret_check,
+    recorded_uids,
+)
 from .prerequisites import prerequisites_step
 from .repository import recorded, repository_step, written
 from .serving import available, serving_step
@@ -66,6 +74,11 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     """The next step for a valid deployment."""
     p = Plan()
     uid = body["metadata"].get("uid", "")
+    p.recorded = recorded_uids(obs.engine)
+    # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
+    # by someone else, it would be refused, but the deployment could not start)
+    p.create_mpi_secret = obs.mpi_secret_present is False
+    mpi_conflict, mpi_adopted = mpi_secret_check(body, obs, uid)
     # 1-2. the store and the prerequisites
     blocked = prerequisites_step(p, dep, rendered, obs)
     # 3. the engine
@@ -80,7 +93,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
-    clash = conflicts(p, obs, uid)
+    build = (rendered.build_job.ref, rendered.build_configmap.ref)
+    clash = conflicts(p, obs, uid, build_objects=build) + ([mpi_conflict] if mpi_conflict else [])
     if clash:  # touch nothing that is not ours; say what is in the way
         return plan_failed(body, r.NAME_CONFLICT, "; ".join(clash), obs)
     # 6. the status, the Events of its flips, and when to look again
@@ -99,6 +113,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     ]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
+    if mpi_adopted:
+        fields["mpiSecretUid"] = mpi_adopted
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
         fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)

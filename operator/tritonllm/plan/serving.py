@@ -2,7 +2,7 @@
 ready, so the old engine keeps serving during a rebuild (rolling update with maxUnavailable 0).
 
 Until then, a replicas-only change scales what is running (never when an autoscaler owns the
-count). The multi-node MPI SSH Secret is created together with the first LeaderWorkerSet.
+count). (The multi-node MPI SSH Secret is created earlier, on the first pass: plan.reconcile.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ def serving_step(
         if rendered.network_policy is not None:
             want(p, obs, rendered.network_policy)
     if repository_ready and not blocked:
-        p.create_mpi_secret = obs.mpi_secret_present is False
         want(p, obs, rendered.workload)
         for extra in (rendered.autoscaler, rendered.disruption_budget):
             if extra is not None:

@@ -16,6 +16,15 @@ class Plan:
     """What to do now."""
 
     apply: list[Manifest] = dataclasses.field(default_factory=list)
+    # Objects of the engine key created (never applied: the name must be free), in this order;
+    # the executor records each one's uid in the engine record's status (buildJobUid,
+    # buildPlanUid), the only proof later passes accept that the operator created it.
+    create: list[Manifest] = dataclasses.field(default_factory=list)
+    # Shared objects (apiVersion, kind, name) that get this deployment's owner reference added
+    # (not the controller's), so that they live as long as any deployment using them.
+    add_owner: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    # Uids of the shared objects the engine record says the operator created (deletable).
+    recorded: frozenset[str] = frozenset()
     delete: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     scale: tuple[str, str, int] | None = None  # (apiVersion, kind, replicas) of the workload
     engine_status: dict[str, Any] | None = None  # new TritonLLMEngine status, if changed
