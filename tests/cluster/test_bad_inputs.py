@@ -145,12 +145,16 @@ def test_refused_writes_end_in_a_condition_not_a_crash_loop(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
     """A ValidatingAdmissionPolicy refuses one deployment's build plan; a ResourceQuota of
-    zero Services refuses another's Service: each is Degraded with the policy's or the quota's
-    own words, and the operator backs off instead of retrying hot."""
+    zero Jobs refuses another's build Job: each is Degraded with the policy's or the quota's
+    own words, and the operator backs off instead of retrying hot. (The build objects are
+    created after the deployment's applies, so the refused plan is the first refused write of
+    the first deployment; the quota's Job comes after its plan, so the plan is created.)"""
     prepare_namespace(cluster, namespace)
     delta = tllm("delta", namespace, model={"source": "hf://openai-community/gpt2",
                                             "revision": "refused"})
     plan_cm = rendered(delta).build_configmap.name
+    epsilon = tllm("epsilon", namespace)
+    build_job = rendered(epsilon).build_job.name
     policy = f"refuse-{namespace}"[:63]
     cluster.apply([
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -167,23 +171,23 @@ def test_refused_writes_end_in_a_condition_not_a_crash_loop(
                   "matchResources": {"namespaceSelector": {"matchLabels": {
                       "kubernetes.io/metadata.name": namespace}}}}},
         {"apiVersion": "v1", "kind": "ResourceQuota",
-         "metadata": {"name": "no-services", "namespace": namespace},
-         "spec": {"hard": {"services": "0"}}},
+         "metadata": {"name": "no-jobs", "namespace": namespace},
+         "spec": {"hard": {"count/jobs.batch": "0"}}},
     ])
     try:
         _wait_policy_active(cluster, namespace, plan_cm)
-        wait_for(lambda: cluster.kubectl_json("get", "resourcequota", "no-services", "-n",
+        wait_for(lambda: cluster.kubectl_json("get", "resourcequota", "no-jobs", "-n",
                                               namespace).get("status", {}).get("hard"),
                  timeout=30, what="quota status")
         with run_operator(cluster, namespace, tmp_path, resync=RESYNC) as op:
-            cluster.apply([delta, tllm("epsilon", namespace)])
+            cluster.apply([delta, epsilon])
             obj = wait_condition(cluster, namespace, "delta", "Degraded",
                                  reason="AdmissionRefused")
             message = condition(obj, "Degraded")["message"]
             assert f"ConfigMap/{plan_cm}" in message and "not allowed here" in message
             obj = wait_condition(cluster, namespace, "epsilon", "Degraded",
                                  reason="QuotaExceeded", timeout=180)
-            assert "Service/epsilon" in condition(obj, "Degraded")["message"]
+            assert f"Job/{build_job}" in condition(obj, "Degraded")["message"]
             assert condition(obj, "Progressing")["status"] == "False"
             # backing off (one failed pass per resync period and deployment, plus those late
             # child events trigger), not a hot loop

@@ -126,6 +126,28 @@ def test_only_the_build_job_the_operator_created_is_read() -> None:
     assert condition(kube, c.COND_ENGINE_READY)["status"] == "True"
 
 
+def test_a_build_whose_engine_record_is_deleted_midway_is_still_ours() -> None:
+    """The deployment's status copies the recorded uids: a record deleted while its build runs
+    is applied again and the running Job is still trusted (no NameConflict, no second Job)."""
+    body = deployment()
+    kube = world(body)
+    reconcile(kube, "demo")
+    reconcile(kube, "demo")  # the record's uids reach the deployment's status
+    rd = render_all(parse_deployment(body))
+    job = kube.objects[("Job", NS, rd.build_job.name)]
+    assert sorted(status(kube)["buildObjectUids"]) == sorted(
+        [job["metadata"]["uid"], kube.objects[("ConfigMap", NS, rd.build_configmap.name)]
+         ["metadata"]["uid"]])
+    del kube.objects[(c.ENGINE_KIND, NS, rd.engine_key)]
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_DEGRADED).get("reason") != r.NAME_CONFLICT
+    assert (c.ENGINE_KIND, NS, rd.engine_key) in kube.objects
+    assert kube.objects[("Job", NS, rd.build_job.name)]["metadata"]["uid"] == job["metadata"]["uid"]
+    kube.put({**kube.objects[("Job", NS, rd.build_job.name)], "status": COMPLETE})
+    reconcile(kube, "demo")
+    assert condition(kube, c.COND_ENGINE_READY)["status"] == "True"
+
+
 def test_a_job_swapped_in_under_the_build_name_is_a_conflict() -> None:
     body = deployment()
     kube = world(body)

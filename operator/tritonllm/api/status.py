@@ -87,3 +87,6 @@ class TritonLLMDeploymentStatus(ApiModel):
     """tp x pp, for `kubectl get`."""
     mpiSecretUid: str | None = None
     """Multi node: UID of the MPI SSH key Secret the operator created (only that one is used)."""
+    buildObjectUids: list[str] | None = None
+    """UIDs of the engine build Job and plan the operator created, copied from the engine
+    record: they stay trusted if the record is deleted while the build runs."""

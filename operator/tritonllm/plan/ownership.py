@@ -11,9 +11,10 @@ label and
   operator created it (`mpiSecretUid`; users cannot write the status);
 - an object of an engine key, shared by the deployments with that key (the build Job and its plan
   ConfigMap): its own uid is the one the operator recorded in the TritonLLMEngine's status when it
-  created it (`buildJobUid`, `buildPlanUid`; users cannot write that status). A Job planted under
-  the computable name, with the right labels and a `Complete` status, is therefore never read as
-  a finished build.
+  created it (`buildJobUid`, `buildPlanUid`; users cannot write that status), or that the
+  deployment's status copied from it (`buildObjectUids`, for a record deleted mid-build). A Job
+  planted under the computable name, with the right labels and a `Complete` status, is therefore
+  never read as a finished build.
 
 Anything else with a name the deployment needs (a Service that was there first, the cluster's own
 `kubernetes` Service, a planted Job or Secret) is a name conflict: nothing is applied to it,
@@ -113,7 +114,7 @@ def conflicts(p: Plan, obs: Observed, uid: str, *, build_objects: Iterable[tuple
     """Messages for every object the deployment needs that is not its own: what the planner
     would apply, delete or read. `build_objects` ((kind, name) of the build Job and plan) are
     checked only while the engine is not Ready (a Ready engine's Job is never read again)."""
-    recorded = recorded_uids(obs.engine)
+    recorded = recorded_uids(obs.engine) | p.recorded
     ready = TritonLLMEngineStatus.model_validate(
         (obs.engine or {}).get("status") or {}).state == "Ready"
     skip = set() if not ready else set(build_objects)

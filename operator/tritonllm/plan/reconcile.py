@@ -74,7 +74,11 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     """The next step for a valid deployment."""
     p = Plan()
     uid = body["metadata"].get("uid", "")
-    p.recorded = recorded_uids(obs.engine)
+    # The build objects the operator created: as the engine record says, and as this
+    # deployment's status copied them (the record can be deleted while its build runs).
+    from_record = recorded_uids(obs.engine)
+    copied = frozenset((body.get("status") or {}).get("buildObjectUids") or [])
+    p.recorded = from_record | copied
     # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
     # by someone else, it would be refused, but the deployment could not start)
     p.create_mpi_secret = obs.mpi_secret_present is False
@@ -115,6 +119,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
     if mpi_adopted:
         fields["mpiSecretUid"] = mpi_adopted
+    if from_record and from_record != copied:
+        fields["buildObjectUids"] = sorted(from_record)
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
         fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)
