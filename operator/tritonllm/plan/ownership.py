@@ -64,6 +64,28 @@ def recorded_uids(engine: Mapping[str, Any] | None) -> frozenset[str]:
     return frozenset(u for u in (st.buildJobUid, st.buildPlanUid) if u)
 
 
+def trusted_build_uids(
+    body: Mapping[str, Any], obs: Observed
+) -> tuple[frozenset[str], list[str] | None]:
+    """The build objects' uids the operator recorded: as the engine record says, and as the
+    deployment's status copied them (`buildObjectUids`: the record can be deleted while its
+    build runs). Second: the copy to write, when the record holds uids the copy lacks."""
+    from_record = recorded_uids(obs.engine)
+    copied = frozenset((body.get("status") or {}).get("buildObjectUids") or [])
+    fresh = sorted(from_record) if from_record and from_record != copied else None
+    return from_record | copied, fresh
+
+
+def recorded_uid_fields(mpi_adopted: str | None, build_uids: list[str] | None) -> dict[str, Any]:
+    """The deployment status fields that record uids of objects the operator created."""
+    out: dict[str, Any] = {}
+    if mpi_adopted:
+        out["mpiSecretUid"] = mpi_adopted
+    if build_uids:
+        out["buildObjectUids"] = build_uids
+    return out
+
+
 def owner_uids(live: Mapping[str, Any] | None) -> set[str]:
     return {r.get("uid", "") for r in ((live or {}).get("metadata") or {}).get("ownerReferences")
             or []}

@@ -39,7 +39,8 @@ from .ownership import (
     conflicts,
     is_ours,
     mpi_secret_check,
-    recorded_uids,
+    recorded_uid_fields,
+    trusted_build_uids,
 )
 from .prerequisites import prerequisites_step
 from .repository import recorded, repository_step, written
@@ -74,11 +75,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     """The next step for a valid deployment."""
     p = Plan()
     uid = body["metadata"].get("uid", "")
-    # The build objects the operator created: as the engine record says, and as this
-    # deployment's status copied them (the record can be deleted while its build runs).
-    from_record = recorded_uids(obs.engine)
-    copied = frozenset((body.get("status") or {}).get("buildObjectUids") or [])
-    p.recorded = from_record | copied
+    p.recorded, copy_uids = trusted_build_uids(body, obs)
     # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
     # by someone else, it would be refused, but the deployment could not start)
     p.create_mpi_secret = obs.mpi_secret_present is False
@@ -117,10 +114,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     ]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
-    if mpi_adopted:
-        fields["mpiSecretUid"] = mpi_adopted
-    if from_record and from_record != copied:
-        fields["buildObjectUids"] = sorted(from_record)
+    fields.update(recorded_uid_fields(mpi_adopted, copy_uids))
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
         fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)
