@@ -33,6 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Both standard library only, like this module (it runs before the virtualenv exists).
+from tritonllm.cluster.host import CGROUP_FS, CNI_BIN_DIR, CNI_PLUGINS, NEEDED_CONTROLLERS
+from tritonllm.cluster.versions import cache_root
+
 TIERS = ("base", "real-node", "images", "mpi", "argocd")
 #: What each README command needs.
 DEMO_TIERS = ("base", "real-node", "images")
@@ -44,9 +48,6 @@ MIN_GO = (1, 26)
 #: binaries, Argo CD, images: about 14 GiB measured) and on a warm one (logs, cluster state).
 COLD_FREE_GIB = 20
 WARM_FREE_GIB = 2
-#: cgroup v1 controllers the real node's kubelet needs (tritonllm.cluster.host).
-CGROUP_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
-CNI_DIR = Path("/usr/lib/cni")
 
 
 class SetupError(RuntimeError):
@@ -90,7 +91,7 @@ def _sshd() -> bool:
 
 
 def _cni() -> bool:
-    return all((CNI_DIR / p).is_file() for p in ("bridge", "host-local", "loopback", "portmap"))
+    return all((CNI_BIN_DIR / p).is_file() for p in CNI_PLUGINS)
 
 
 NEEDS: tuple[Need, ...] = (
@@ -99,7 +100,7 @@ NEEDS: tuple[Need, ...] = (
     Need("base", "git", _on_path("git"), "git"),
     Need("real-node", "libseccomp headers (runc is built with seccomp)",
          _file("/usr/include/seccomp.h"), "libseccomp-dev"),
-    Need("real-node", "CNI plugins in /usr/lib/cni", _cni, "containernetworking-plugins"),
+    Need("real-node", f"CNI plugins in {CNI_BIN_DIR}", _cni, "containernetworking-plugins"),
     Need("real-node", "iptables", _on_path("iptables"), "iptables"),
     Need("real-node", "ip (iproute2)", _on_path("ip"), "iproute2"),
     Need("images", "buildah (daemonless image builds)", _on_path("buildah"), "buildah"),
@@ -169,22 +170,13 @@ def root_problem(uid: int) -> str | None:
     return None
 
 
-def cgroup_problem(root: Path = Path("/sys/fs/cgroup")) -> str | None:
-    absent = [c for c in CGROUP_CONTROLLERS if not (root / c / "cgroup.procs").exists()]
+def cgroup_problem(root: Path = CGROUP_FS) -> str | None:
+    absent = [c for c in NEEDED_CONTROLLERS if not (root / c / "cgroup.procs").exists()]
     if absent:
         return (f"cgroup v1 controllers {absent} are not mounted under {root}: the real node's "
                 "kubelet needs hybrid cgroups (boot with systemd.unified_cgroup_hierarchy=0), "
                 "or leave it out with `scripts/demo --no-real-node`")
     return None
-
-
-def cache_root() -> Path:
-    """The same root as tritonllm.cluster.versions.cache_root (kept import-free here)."""
-    env = os.environ.get("TRITONLLM_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "tritonllm"
 
 
 def missing(tiers: Sequence[str]) -> list[Need]:

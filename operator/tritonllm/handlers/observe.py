@@ -165,9 +165,6 @@ class PodChecks:
         self._last.pop((namespace, name), None)
 
 
-
-
-
 class SecretChecks:
     """The Secrets a deployment names, read by name: the operator neither lists nor watches
     Secrets (no other Secret of the cluster reaches it). A Secret found is read again at most

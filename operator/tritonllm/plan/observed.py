@@ -49,8 +49,6 @@ class Observed:
     unschedulable: str | None = None
     # Why the workload's controller cannot create serving pods (its ReplicaFailure message).
     pods_refused: str | None = None
-    # Objects with a name the deployment needs that are not its own (what to tell the user).
-    foreign: Sequence[str] = ()
 
 
 @dataclasses.dataclass(frozen=True)

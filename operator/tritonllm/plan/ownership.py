@@ -156,8 +156,5 @@ def conflicts(p: Plan, obs: Observed, uid: str, *, build_objects: Iterable[tuple
         live = obs.live.get((kind, name))
         if live is not None:
             seen[(kind, name)] = live
-    out = list(obs.foreign)
-    for (kind, name), live in seen.items():
-        if not is_ours(live, uid, recorded=recorded):
-            out.append(conflict_message(kind, name, live))
-    return out
+    return [conflict_message(kind, name, live) for (kind, name), live in seen.items()
+            if not is_ours(live, uid, recorded=recorded)]
