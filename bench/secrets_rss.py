@@ -17,7 +17,6 @@ import argparse
 import base64
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.cluster.operator_harness import Operator, free_port
+from tests.cluster.operator_harness import Operator, free_port, stop
 
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import wait_for
@@ -87,12 +86,7 @@ def measure(cluster: LocalCluster, source: Path, tmp: Path, tag: str) -> dict[st
         time.sleep(SETTLE_SECONDS)  # the initial lists are done long before; GC settles
         return {"rss_mib": rss_mib(proc.pid), "peak_mib": rss_mib(proc.pid, "VmHWM")}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop(proc)
 
 
 def main() -> None:
