@@ -45,6 +45,8 @@ CHECKED_KINDS = frozenset(
         "HorizontalPodAutoscaler",
         "PodDisruptionBudget",
         "NetworkPolicy",
+        "ScaledObject",
+        "PodMonitor",
     }
 )
 # Longest server message quoted into a condition (a refused 1 MiB object echoes much of it).

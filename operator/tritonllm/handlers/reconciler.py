@@ -40,7 +40,7 @@ from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_p
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
-from .cache import Cache
+from .cache import POD_MONITORS_CRD, Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
 from .observe import PodChecks, SecretChecks, observe
@@ -231,6 +231,9 @@ class Reconciler:
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
+            prometheus_url=self.settings.prometheus_url,
+            activator_image=self.settings.activator_image,
+            pod_monitors=self.cache.serves(POD_MONITORS_CRD),
             engine_cached=is_cache_hit(record_status(engine), uid),
             observed_replicas=((workload or {}).get("spec") or {}).get("replicas")
             if dep.spec.autoscaling
