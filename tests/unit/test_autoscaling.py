@@ -211,3 +211,31 @@ def test_no_scaling_status_without_autoscaling() -> None:
     w = World()
     w.bring_up()
     assert "scaling" not in w.body["status"]
+
+
+def _workload(managers: list[str]) -> dict[str, Any]:
+    fields = {"f:spec": {"f:replicas": {}}}
+    return {
+        "metadata": {"name": "demo", "namespace": "default",
+                     "managedFields": [{"manager": m, "fieldsV1": fields} for m in managers]},
+        "spec": {"replicas": 3, "template": {"metadata": {"labels": {}}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("managers", "kept"),
+    [
+        ([c.FIELD_MANAGER], 3),  # a fixed count the operator set: kept through the handover
+        ([c.FIELD_MANAGER, "kube-controller-manager"], None),  # the HPA scaled it once
+        (["keda-operator"], None),
+        ([], None),
+    ],
+)
+def test_replicas_are_handed_to_the_autoscaler_once(managers: list[str], kept: int | None) -> None:
+    from tritonllm.handlers.cache import project_workload
+    from tritonllm.handlers.reconciler import handover_replicas
+
+    dep = parse_deployment(cr({"autoscaling": {"maxReplicas": 4}}))
+    assert handover_replicas(dep, project_workload(_workload(managers))) == kept
+    fixed = parse_deployment(cr({}))
+    assert handover_replicas(fixed, project_workload(_workload(managers))) is None

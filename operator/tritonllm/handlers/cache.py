@@ -121,6 +121,7 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
     out_spec: Obj = {"template": {"metadata": {"labels": keys}}}
     if "replicas" in spec:
         out_spec["replicas"] = spec["replicas"]
+        out_spec["replicasOnlyOurs"] = replicas_only_ours(obj)
     status = {
         k: st[k]
         for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")
@@ -131,6 +132,17 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
             status["replicaFailure"] = str(cond.get("message", ""))[:600]
     return {"metadata": _meta(obj, "generation"), "spec": out_spec, "status": status}
+
+
+def replicas_only_ours(obj: Mapping[str, Any]) -> bool:
+    """Whether the operator is the only field manager of spec.replicas (managedFields): true
+    until an autoscaler first scales a workload the operator created with a fixed count."""
+    owners = {
+        entry.get("manager")
+        for entry in obj["metadata"].get("managedFields") or []
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    }
+    return owners == {c.FIELD_MANAGER}
 
 
 def project_child(obj: Mapping[str, Any]) -> Obj:

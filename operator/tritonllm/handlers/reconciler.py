@@ -235,9 +235,7 @@ class Reconciler:
             activator_image=self.settings.activator_image,
             pod_monitors=self.cache.serves(POD_MONITORS_CRD),
             engine_cached=is_cache_hit(record_status(engine), uid),
-            observed_replicas=((workload or {}).get("spec") or {}).get("replicas")
-            if dep.spec.autoscaling
-            else None,
+            observed_replicas=handover_replicas(dep, workload),
         )
         rendered = render_all(dep, opts)
         too_big = rendered_problems(rendered)
@@ -308,3 +306,14 @@ class Reconciler:
         elif key:
             logger.info("engine %s kept: other deployments use it", key)
         await self.kube.set_finalizers(body, finalizers)
+
+
+def handover_replicas(dep: TritonLLMDeployment, workload: dict[str, Any] | None) -> int | None:
+    """The live replica count to keep in the workload's apply, while autoscaling and until the
+    autoscaler has written it once: server-side apply would otherwise drop a field only the
+    operator owned, and the count would fall back to 1. After that the apply leaves replicas
+    out, so the operator never writes a count an autoscaler owns."""
+    spec = (workload or {}).get("spec") or {}
+    if dep.spec.autoscaling is None or not spec.get("replicasOnlyOurs"):
+        return None
+    return int(spec["replicas"])

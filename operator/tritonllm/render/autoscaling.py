@@ -29,7 +29,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
-from .pod import RenderOptions, metadata
+from .pod import RenderOptions, metadata, store_placement
 
 # Pods metrics (custom.metrics.k8s.io, served by prometheus-adapter with the chart's rules) the HPA
 # reads, per autoscaling.metric.
@@ -330,6 +330,10 @@ def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[s
             },
         },
         "spec": {
+            # Placed like the serving pods (podTemplate's nodeSelector and tolerations), so it
+            # runs where they can be reached; it takes no GPU.
+            **store_placement(dep),
+            **_pull_secrets(dep),
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": {
@@ -365,3 +369,8 @@ def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[s
             "volumes": [{"name": "config", "configMap": {"name": activator_name(dep)}}],
         },
     }
+
+
+def _pull_secrets(dep: TritonLLMDeployment) -> dict[str, Any]:
+    names = dep.spec.podTemplate.imagePullSecrets
+    return {"imagePullSecrets": [{"name": n} for n in names]} if names else {}
