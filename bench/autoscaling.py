@@ -138,3 +138,23 @@ def summary(name: str, outcomes: list[Outcome]) -> str:
     return (f"{name}: {len(outcomes)} requests, {failed} failed, latency p50 "
             f"{percentile(seconds, 50):.2f} s p95 {percentile(seconds, 95):.2f} s max "
             f"{max(seconds, default=float('nan')):.2f} s")
+
+
+def main() -> int:
+    """Run the real-node scenarios (tests/autoscaling/test_real_autoscaling.py, which start the
+    cluster, the autoscaling tier and the operator) and print their figures."""
+    import subprocess
+    import sys
+
+    test = "tests/autoscaling/test_real_autoscaling.py"
+    cmd = [sys.executable, "-m", "pytest", test, "-s", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    figures = [line for line in done.stdout.splitlines() if "[measure]" in line]
+    print("\n".join(line[line.index("[measure]"):] for line in figures))
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-2000:], sep="\n", file=sys.stderr)
+    return done.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
