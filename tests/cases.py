@@ -478,6 +478,41 @@ INVALID: list[Invalid] = [
         says="layers",
     ),
     Invalid(
+        "pp-above-layers",
+        cr({"engine": {"parallelism": {"pipeline": 64}}}),
+        "spec.engine.parallelism.pipeline",
+        admission=False,
+        says="more than the 32 layers",
+    ),
+    Invalid(
+        "does-not-fit",  # Llama-2-7B float16, 64 x 4096 tokens of 512 KiB on one 22.5 GiB L4
+        cr({"engine": {"limits": {"maxSeqLen": 4096}}, "gpu": {"product": "NVIDIA-L4"}}),
+        "spec.engine.parallelism",
+        admission=False,
+        says="tp=1 pp=1 does not fit: weights 12.6 GiB",
+    ),
+    Invalid(
+        "auto-with-tensor",
+        cr({"engine": {"parallelism": {"auto": True, "tensor": 2}},
+            "gpu": {"product": "NVIDIA-L4"}}),
+        "spec.engine.parallelism.auto",
+        says="remove them, or remove auto",
+    ),
+    Invalid(
+        "auto-without-product",
+        cr({"engine": {"parallelism": {"auto": True}}}),
+        "spec.engine.parallelism.auto",
+        says="set gpu.product",
+    ),
+    Invalid(
+        "auto-unknown-model",
+        cr({"model": {"source": "pvc://models/mine"}, "engine": {"parallelism": {"auto": True}},
+            "gpu": {"product": "NVIDIA-L4"}}),
+        "spec.engine.parallelism.auto",
+        admission=False,
+        says="knows no architecture",
+    ),
+    Invalid(
         "shm-above-memory",
         cr({"podTemplate": {"shmSize": "128Gi", "resources": {"memory": "64Gi"}}}),
         "spec.podTemplate.shmSize",

@@ -181,8 +181,9 @@ def test_replica_capacity_counts_whole_replicas(
 
 
 def test_status_scaling_says_what_the_gpu_nodes_can_hold() -> None:
+    # 32 x 2048 tokens: what Llama-2-7B's KV cache holds on one H100 (the fit planner)
     spec = {"autoscaling": {"maxReplicas": 6}, "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
-            "storage": {"create": {"size": "1Gi"}}}
+            "engine": {"limits": {"maxBatchSize": 32}}, "storage": {"create": {"size": "1Gi"}}}
     w = World(spec, gpu_nodes=2, gpu_capacity=[4, 4])
     w.bring_up()
     w.objects[("Deployment", "demo")]["spec"]["replicas"] = 3
@@ -199,7 +200,7 @@ def test_status_scaling_says_what_the_gpu_nodes_can_hold() -> None:
 
 def test_status_scaling_quotes_the_scheduler_for_a_pending_replica() -> None:
     spec = {"autoscaling": {"maxReplicas": 2}, "gpu": {"product": "NVIDIA-L4"},
-            "storage": {"create": {"size": "1Gi"}}}
+            "engine": {"limits": {"maxBatchSize": 4}}, "storage": {"create": {"size": "1Gi"}}}
     message = "demo-abc: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     w = World(spec, gpu_nodes=1, gpu_capacity=[8], unschedulable=message)
     w.bring_up()

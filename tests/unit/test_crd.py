@@ -74,7 +74,7 @@ def test_names_subresources_and_columns() -> None:
 def test_defaults_live_in_the_schema() -> None:
     spec = _schema()["properties"]["spec"]["properties"]
     assert spec["runtime"]["default"] == "engine"
-    assert spec["engine"]["default"]["parallelism"] == {"tensor": 1, "pipeline": 1}
+    assert spec["engine"]["default"]["parallelism"] == {"tensor": 1, "pipeline": 1, "auto": False}
     assert spec["engine"]["properties"]["parallelism"]["properties"]["tensor"]["default"] == 1
     assert (
         spec["serving"]["properties"]["kvCache"]["properties"]["freeGpuMemFraction"]["default"]

@@ -43,7 +43,7 @@ def test_engine_key_is_stable_and_ignores_serving_fields() -> None:
     assert a == engine_key(dep(metadata={"name": "other", "namespace": "team-b"}))
     assert a != engine_key(dep({"engine": {"parallelism": {"tensor": 2}}}))
     assert a != engine_key(dep({"model": {"revision": "abc123"}}))
-    assert a != engine_key(dep({"gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}))
+    assert a != engine_key(dep({"gpu": {"product": "NVIDIA-H200"}}))
     assert a != engine_key(dep({"image": "nvcr.io/nvidia/tritonserver:24.10-trtllm-python-py3"}))
 
 

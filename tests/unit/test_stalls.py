@@ -130,7 +130,7 @@ def test_build_pod_on_an_unbound_claim_names_the_claim_and_the_fix() -> None:
 
 
 def test_build_pod_with_no_node_of_the_gpu_product_names_the_product() -> None:
-    product = "NVIDIA-H100-80GB-HBM3"
+    product = "NVIDIA-H200"
     w, _ = building(job_stall([pod(scheduler=NO_PRODUCT)]), {"gpu": {"product": product}})
     message = w.cond(c.COND_ENGINE_READY)["message"]
     assert f"no node matches {c.GPU_PRODUCT_LABEL}={product} (spec.gpu.product) and " \

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import constants as c
+from . import fit
+from .reasons import DOES_NOT_FIT
 from .spec import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
@@ -24,7 +26,7 @@ from .spec import (
     TritonLLMDeploymentSpec,
     rule_violations,
 )
-from .status import TritonLLMDeploymentStatus
+from .status import FitRow, FitStatus, TritonLLMDeploymentStatus
 from .versions import (
     LLMAPI_SINCE,
     NEWEST_ENGINE_PATH,
@@ -82,6 +84,7 @@ class FieldError:
 
     field: str
     message: str
+    reason: str = ""  # a condition reason when not InvalidSpec (DoesNotFit)
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
@@ -175,27 +178,6 @@ _ALTERNATIVE = {
     "ada": "use int4_awq or int8_sq, or an Ada, Hopper or newer GPU",
     "blackwell": "use fp8 (Ada/Hopper) or int4_awq, or a Blackwell GPU",
 }
-
-# Attention heads and layers of well-known checkpoints (their config.json), lower-cased Hub id
-# -> (num_attention_heads, num_hidden_layers): tensor parallelism must divide the heads and
-# pipeline parallelism the layers. Other models are checked by the build itself.
-KNOWN_MODELS = {
-    "meta-llama/meta-llama-3.1-8b-instruct": (32, 32),
-    "meta-llama/llama-3.1-8b-instruct": (32, 32),
-    "meta-llama/meta-llama-3-8b-instruct": (32, 32),
-    "meta-llama/meta-llama-3.1-70b-instruct": (64, 80),
-    "meta-llama/llama-3.1-70b-instruct": (64, 80),
-    "meta-llama/llama-2-7b-hf": (32, 32),
-    "meta-llama/llama-2-13b-hf": (40, 40),
-    "mistralai/mistral-7b-instruct-v0.3": (32, 32),
-    "mistralai/mixtral-8x7b-instruct-v0.1": (32, 32),
-    "qwen/qwen2-7b-instruct": (28, 28),
-    "qwen/qwen2.5-7b-instruct": (28, 28),
-    "openai-community/gpt2": (12, 12),
-    "gpt2": (12, 12),
-    "tinyllama/tinyllama-1.1b-chat-v1.0": (32, 22),
-}
-
 
 def gpu_architecture(product: str) -> str | None:
     """The architecture of a GPU product label value, or None when we do not know it."""
@@ -318,31 +300,89 @@ def _image_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
 
 def _shape_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
     """Parallelism that cannot split a known model: tp must divide its attention heads, pp its
-    layers."""
-    src = spec.model.source
-    known = KNOWN_MODELS.get(src.removeprefix("hf://").lower()) if src.startswith("hf://") else None
-    if known is None:
-        return []
-    heads, layers = known
+    layers (the fit planner's table of architectures, tritonllm.api.fit)."""
+    arch = fit.known_architecture(spec.model.source)
     par = spec.engine.parallelism
-    errors = []
-    if heads % par.tensor:
-        errors.append(
-            FieldError(
-                "spec.engine.parallelism.tensor",
-                f"{par.tensor} does not divide the {heads} attention heads of {src}; use a "
-                f"divisor of {heads}",
-            )
-        )
-    if par.pipeline > layers or layers % par.pipeline:
-        errors.append(
-            FieldError(
-                "spec.engine.parallelism.pipeline",
-                f"{par.pipeline} does not divide the {layers} layers of {src}; use a divisor "
-                f"of {layers}",
-            )
-        )
-    return errors
+    if arch is None or par.auto:
+        return []
+    problems = fit.shape_problems(arch, par.tensor, par.pipeline, spec.model.source)
+    return [FieldError(f"spec.engine.parallelism.{field}", message) for field, message in problems]
+
+
+def fit_for(spec: TritonLLMDeploymentSpec) -> tuple[fit.Fit | None, list[fit.Fit]] | None:
+    """The fit planner's answer for a spec: (the first layout that fits, the layouts tried up to
+    it), or None when it cannot tell (no gpu.product in its memory table, or a model whose
+    architecture it does not know)."""
+    arch = fit.known_architecture(spec.model.source)
+    memory = fit.gpu_memory(spec.gpu.product) if spec.gpu.product else None
+    if arch is None or memory is None:
+        return None
+    return fit.choose(arch, fit.request_from_spec(spec), memory, spec.gpu.perNode)
+
+
+def fit_status(spec: TritonLLMDeploymentSpec, auto: bool) -> FitStatus | None:
+    """status.fit of a parsed spec (`auto`: the user asked engine.parallelism.auto): the layouts
+    auto tries up to the first that fits, and the one served."""
+    arch = fit.known_architecture(spec.model.source)
+    memory = fit.gpu_memory(spec.gpu.product) if spec.gpu.product else None
+    if arch is None or memory is None:
+        return None
+    req = fit.request_from_spec(spec)
+    par = spec.engine.parallelism
+    served = fit.compute(arch, req, memory, par.tensor, par.pipeline, spec.gpu.perNode)
+    _, tried = fit.choose(arch, req, memory, spec.gpu.perNode)
+    if served.layout not in {f.layout for f in tried}:
+        tried.append(served)
+    rows = [FitRow(tensor=f.tensor, pipeline=f.pipeline, nodes=f.nodes,
+                   weightsGiB=round(f.weights / fit.GIB, 2),
+                   workspaceGiB=round(f.workspace / fit.GIB, 2),
+                   kvBytesPerToken=int(f.kv_per_token), kvTokens=f.kv_tokens, fits=f.fits)
+            for f in tried]
+    needed = served.fraction_needed
+    return FitStatus(auto=auto, chosen=served.layout, gpuProduct=str(spec.gpu.product),
+                     gpuMemoryGiB=round(memory / fit.GIB, 2), requestedTokens=req.tokens,
+                     fractionNeeded=round(needed, 3) if needed < 1e6 else -1.0, table=rows)
+
+
+def _fit_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
+    """An explicit layout whose GPUs cannot hold the weights and the requested KV cache."""
+    arch = fit.known_architecture(spec.model.source)
+    memory = fit.gpu_memory(spec.gpu.product) if spec.gpu.product else None
+    par = spec.engine.parallelism
+    if arch is None or memory is None or par.auto or _shape_errors(spec):
+        return []
+    req = fit.request_from_spec(spec)
+    this = fit.compute(arch, req, memory, par.tensor, par.pipeline, spec.gpu.perNode)
+    if this.fits:
+        return []
+    better, _ = fit.choose(arch, req, memory, spec.gpu.perNode)
+    message = fit.refusal(this, req, str(spec.gpu.product), better)
+    return [FieldError("spec.engine.parallelism", message, reason=DOES_NOT_FIT)]
+
+
+def _resolve_auto(dep: TritonLLMDeployment) -> TritonLLMDeployment:
+    """engine.parallelism.auto replaced by the planner's choice (or InvalidDeployment)."""
+    spec = dep.spec
+    answer = fit_for(spec)
+    if answer is None:
+        raise InvalidDeployment([FieldError(
+            "spec.engine.parallelism.auto",
+            f"the fit planner knows no architecture for {spec.model.source} or no memory for "
+            f"gpu.product {spec.gpu.product} (docs/fit.md lists both tables); set "
+            "engine.parallelism.tensor and pipeline", reason=DOES_NOT_FIT)])
+    chosen, tried = answer
+    if chosen is None:
+        last = tried[-1] if tried else None
+        detail = fit.refusal(last, fit.request_from_spec(spec), str(spec.gpu.product), None) \
+            if last else "no layout can split the model"
+        raise InvalidDeployment([FieldError(
+            "spec.engine.parallelism.auto",
+            f"no layout fits up to 64 GPUs of {spec.gpu.perNode} per node; the largest tried: "
+            f"{detail}", reason=DOES_NOT_FIT)])
+    par = spec.engine.parallelism.model_copy(
+        update={"tensor": chosen.tensor, "pipeline": chosen.pipeline, "auto": False})
+    engine = spec.engine.model_copy(update={"parallelism": par})
+    return dep.model_copy(update={"spec": spec.model_copy(update={"engine": engine})})
 
 
 def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
@@ -374,7 +414,13 @@ def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
     except ValidationError as exc:
         raise InvalidDeployment(errors + _pydantic_errors(exc)) from None
     errors += [FieldError(v.field, v.message) for v in rule_violations(dep.spec)]
-    errors += _semantic_errors(dep.spec)
+    errors += _semantic_errors(dep.spec) + _fit_errors(dep.spec)
     if errors:
         raise InvalidDeployment(errors)
+    if dep.spec.engine.parallelism.auto:
+        dep = _resolve_auto(dep)
+        errors = [FieldError(v.field, v.message) for v in rule_violations(dep.spec)]
+        errors += _semantic_errors(dep.spec)
+        if errors:  # e.g. runtime llmapi (one node) for a model that needs several
+            raise InvalidDeployment(errors)
     return dep

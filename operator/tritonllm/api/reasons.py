@@ -74,6 +74,10 @@ AS_EXPECTED: Final = "AsExpected"
 """False: nothing needs a human."""
 INVALID_SPEC: Final = "InvalidSpec"
 """True: the object passed the schema but not the operator's checks (the field is named)."""
+DOES_NOT_FIT: Final = "DoesNotFit"
+"""True: the fit planner computed that the model, at the requested batch and context, does not
+fit the GPUs of spec.gpu.product with this parallelism (the message has the arithmetic and a
+layout that fits); nothing was built."""
 STORE_MISSING: Final = "StoreMissing"
 """True: the model-store PersistentVolumeClaim does not exist."""
 SECRET_MISSING: Final = "SecretMissing"

@@ -285,6 +285,21 @@ class Parallelism(ApiModel):
     """Tensor parallelism (tp): GPUs that share every layer. Keep a tp group within one node."""
     pipeline: int = Field(default=1, ge=1, le=64)
     """Pipeline parallelism (pp): consecutive groups of layers on different GPUs or nodes."""
+    auto: bool = False
+    """Let the fit planner choose tensor and pipeline (leave both unset): the smallest tp, then
+    pp, then number of nodes whose GPUs (gpu.product, needed) hold the weights, the workspace and
+    the KV cache of engine.limits.maxBatchSize x maxSeqLen tokens (or serving.kvCache.maxTokens).
+    The choice and its arithmetic are in status.fit; `tritonllm fit` prints them without a
+    cluster. Needs a model whose architecture the planner knows (docs/fit.md)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!self.auto || (self.tensor == 1 && self.pipeline == 1)",
+            message="parallelism.auto chooses tensor and pipeline: remove them, or remove auto",
+            check=lambda s: not s.auto or (s.tensor == 1 and s.pipeline == 1),
+            field="auto",
+        ),
+    )
 
     @property
     def world_size(self) -> int:
@@ -794,6 +809,13 @@ class TritonLLMDeploymentSpec(ApiModel):
             field="podTemplate.runAsUser",
         ),
         Rule(
+            cel="!self.engine.parallelism.auto || has(self.gpu.product)",
+            message="engine.parallelism.auto sizes the deployment for one GPU product's memory: "
+            "set gpu.product (the nvidia.com/gpu.product label of the nodes)",
+            check=lambda s: not s.engine.parallelism.auto or bool(s.gpu.product),
+            field="engine.parallelism.auto",
+        ),
+        Rule(
             cel="self.runtime != 'llmapi' || self.engine.quantization.format == 'none'",
             message="runtime llmapi loads checkpoints as they are: engine.quantization.format "
             "must be none (use a pre-quantized checkpoint, or runtime engine)",
@@ -856,6 +878,7 @@ RULE_SITES: dict[str, type[ApiModel]] = {
     "spec.model": ModelSource,
     "spec.model.tokenizer": Tokenizer,
     "spec.engine": EngineSpec,
+    "spec.engine.parallelism": Parallelism,
     "spec.serving": ServingSpec,
     "spec.storage": StorageSpec,
     "spec.autoscaling": AutoscalingSpec,

@@ -77,6 +77,46 @@ class ScalingStatus(ApiModel):
     scheduler's message for a Pending serving pod."""
 
 
+class FitRow(ApiModel):
+    """One layout the fit planner computed, per GPU."""
+
+    tensor: int
+    """tp."""
+    pipeline: int
+    """pp."""
+    nodes: int
+    """Nodes of gpu.perNode GPUs it takes."""
+    weightsGiB: float
+    """Weights per GPU."""
+    workspaceGiB: float
+    """Activation workspace and runtime overhead per GPU (an estimate)."""
+    kvBytesPerToken: int
+    """KV cache per token per GPU."""
+    kvTokens: int
+    """Tokens the KV cache gets at serving.kvCache.freeGpuMemFraction."""
+    fits: bool
+    """Whether kvTokens covers requestedTokens."""
+
+
+class FitStatus(ApiModel):
+    """The fit planner's arithmetic for this spec (docs/fit.md)."""
+
+    auto: bool
+    """Whether engine.parallelism.auto chose the layout."""
+    chosen: str
+    """The layout served (tp and pp)."""
+    gpuProduct: str
+    """The product sized for."""
+    gpuMemoryGiB: float
+    """Its memory (NVIDIA's figure as the driver reports it)."""
+    requestedTokens: int
+    """KV tokens asked for: maxBatchSize x beams x maxSeqLen, or serving.kvCache.maxTokens."""
+    fractionNeeded: float
+    """The smallest serving.kvCache.freeGpuMemFraction that holds them with this layout."""
+    table: list[FitRow] = Field(default_factory=list)
+    """The layouts computed, in the order auto tries them, up to the one that fits."""
+
+
 class TritonLLMDeploymentStatus(ApiModel):
     """Observed state of a TritonLLMDeployment."""
 
@@ -106,6 +146,10 @@ class TritonLLMDeploymentStatus(ApiModel):
     """Short reason of the current state (the reason of Degraded, Progressing or Available)."""
     parallelism: str | None = None
     """tp x pp, for `kubectl get`."""
+    fit: FitStatus | None = None
+    """The fit planner's table: weights, workspace and KV cache per GPU for the layouts it
+    computed and the one served (unset when it knows the model's architecture or the GPU
+    product's memory not)."""
     scaling: ScalingStatus | None = None
     """Autoscaling: desired and ready replicas, GPU capacity, and what limits scaling up."""
     mpiSecretUid: str | None = None

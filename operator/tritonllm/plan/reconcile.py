@@ -125,7 +125,9 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
 def plan_invalid(body: Obj, error: InvalidDeployment, obs: Observed) -> Plan:
     """An object that slipped past the schema: say which field, touch nothing else."""
     message = "; ".join(str(e) for e in error.errors)
-    return plan_failed(body, r.INVALID_SPEC, message, obs, progress="fix the spec; nothing was "
+    fit_only = all(e.reason == r.DOES_NOT_FIT for e in error.errors)
+    reason = r.DOES_NOT_FIT if error.errors and fit_only else r.INVALID_SPEC
+    return plan_failed(body, reason, message, obs, progress="fix the spec; nothing was "
                        "changed")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
-from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.deployment import TritonLLMDeployment, fit_status
 from tritonllm.api.engine import is_engine_key
 from tritonllm.api.status import Condition, EngineStatus, TritonLLMDeploymentStatus
 from tritonllm.render import Rendered, naming
@@ -136,6 +136,13 @@ def _not_started(job: Obj | None) -> bool:
     return obs.phase == "Active" and not obs.running
 
 
+def asked_auto(body: Obj) -> bool:
+    """Whether the object (not the parsed spec, where the planner's choice replaced it) asks for
+    engine.parallelism.auto."""
+    par = ((body.get("spec") or {}).get("engine") or {}).get("parallelism") or {}
+    return bool(par.get("auto")) if isinstance(par, dict) else False
+
+
 def status_fields(
     body: Obj,
     dep: TritonLLMDeployment,
@@ -165,6 +172,7 @@ def status_fields(
         "ready": f"{workload.ready}/{workload.desired}",
         "reason": reason,
         "parallelism": f"{par.tensor}x{par.pipeline}",
+        "fit": fit_status(dep.spec, auto=asked_auto(body)),
     }
     served = workload.engine_key
     # A label that is not an engine key (not written by us) names no engine.
