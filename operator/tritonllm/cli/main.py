@@ -21,6 +21,8 @@ from collections.abc import Sequence
 VERBS: dict[str, str] = {
     "crd": "tritonllm.cli.crd",
     "render": "tritonllm.cli.render",
+    "fit": "tritonllm.cli.fit",
+    "bench": "tritonllm.cli.bench",
     "run": "tritonllm.cli.run",
     "build": "tritonllm.cli.build",
     "launch": "tritonllm.cli.launch",
