@@ -1,0 +1,384 @@
+"""`tritonllm bench TARGET [--compare TARGET2]`: load a serving deployment and measure it.
+
+TARGET is a gRPC address (host:port, grpc://host:port), an http:// URL (its host, and
+--grpc-port), or a deployment name (-n NAMESPACE; its Service's cluster IP, read with the
+`kubernetes` package from the current kubeconfig). At each --concurrency level, that many
+clients send --requests requests in all (closed loop: each sends the next when its answer is
+complete) to the ensemble through tritonclient's gRPC client, and the command reports
+
+    requests/s and output tokens/s; time to first token (TTFT), inter-token latency (ITL) and
+    end-to-end latency at p50, p90 and p99
+
+as a table (stdout), as JSON (--json FILE) and, with --configmap, in a ConfigMap beside the
+deployment (owned by it: deleted with it). With --compare it runs the same load on a second
+target and prints both side by side with their ratios.
+
+A decoupled model (serving.streaming: true) streams one response per token: TTFT and ITL are
+measured, and tokens are counted. A model that is not decoupled answers once: TTFT is the whole
+latency, ITL is not measured, and tokens/s assumes every request produced --max-tokens tokens
+(the JSON says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from tritonllm.api import constants as c
+
+DEFAULT_PROMPT = "What is machine learning? Answer in one paragraph."
+PERCENTILES = (50, 90, 99)
+
+
+# --- figures (pure) ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sample:
+    """One request: when its first and later tokens came, and how many tokens."""
+
+    latency: float
+    ttft: float | None
+    gaps: list[float]
+    tokens: int
+    error: str | None = None
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The p-th percentile, nearest rank (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summarise(concurrency: int, samples: list[Sample], seconds: float,
+              streamed: bool) -> dict[str, Any]:
+    """The figures of one level."""
+    ok = [s for s in samples if s.error is None]
+    tokens = sum(s.tokens for s in ok)
+    out: dict[str, Any] = {
+        "concurrency": concurrency, "requests": len(ok),
+        "errors": len(samples) - len(ok), "seconds": round(seconds, 3),
+        "requests_per_s": round(len(ok) / seconds, 3) if seconds else None,
+        "output_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+        "tokens_counted": "responses" if streamed else "max_tokens (assumed)",
+    }
+    series = {
+        "ttft_ms": [s.ttft for s in ok if s.ttft is not None],
+        "itl_ms": [g for s in ok for g in s.gaps],
+        "latency_ms": [s.latency for s in ok],
+    }
+    for name, values in series.items():
+        for p in PERCENTILES:
+            v = percentile(values, p)
+            out[f"{name}_p{p}"] = None if v is None else round(v * 1000, 2)
+    first_error = next((s.error for s in samples if s.error), None)
+    if first_error:
+        out["first_error"] = first_error[:500]
+    return out
+
+
+COLUMNS = (
+    ("concurrency", "conc"), ("requests", "reqs"), ("errors", "errs"),
+    ("requests_per_s", "req/s"), ("output_tokens_per_s", "tok/s"),
+    ("ttft_ms_p50", "TTFT p50"), ("ttft_ms_p99", "TTFT p99"),
+    ("itl_ms_p50", "ITL p50"), ("itl_ms_p99", "ITL p99"),
+    ("latency_ms_p50", "lat p50"), ("latency_ms_p90", "lat p90"), ("latency_ms_p99", "lat p99"),
+)
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None else (f"{v:,.1f}" if isinstance(v, float) else str(v))
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = [header, *rows]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths, strict=True))
+                     for line in lines)
+
+
+def table(levels: list[dict[str, Any]]) -> str:
+    """The levels as a text table (times in ms)."""
+    return _grid([h for _, h in COLUMNS],
+                 [[_cell(level.get(k)) for k, _ in COLUMNS] for level in levels])
+
+
+def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str]) -> str:
+    """Two runs side by side: tokens/s, TTFT and latency p50 of each, and B/A ratios."""
+    keys = (("output_tokens_per_s", "tok/s"), ("ttft_ms_p50", "TTFT p50"),
+            ("latency_ms_p50", "lat p50"))
+    header = ["conc"]
+    for _, h in keys:
+        header += [f"{h} {names[0]}", f"{h} {names[1]}", "B/A"]
+    rows = []
+    for x, y in zip(a, b, strict=True):
+        row = [str(x["concurrency"])]
+        for k, _ in keys:
+            ratio = y[k] / x[k] if x.get(k) and y.get(k) is not None else None
+            row += [_cell(x.get(k)), _cell(y.get(k)), "-" if ratio is None else f"{ratio:.2f}x"]
+        rows.append(row)
+    return f"A = {names[0]}, B = {names[1]}\n" + _grid(header, rows)
+
+
+# --- the load (tritonclient) --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What every request asks."""
+
+    model: str = "ensemble"
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = 64
+    timeout: float = 300.0
+
+
+def _inputs(grpcclient: Any, load: Load, stream: bool) -> list[Any]:
+    import numpy as np
+
+    tensors = []
+    for name, dtype, value in (
+        ("text_input", "BYTES", np.array([[load.prompt.encode()]], dtype=object)),
+        ("max_tokens", "INT32", np.array([[load.max_tokens]], dtype=np.int32)),
+        ("stream", "BOOL", np.array([[stream]], dtype=bool)),
+    ):
+        t = grpcclient.InferInput(name, [1, 1], dtype)
+        t.set_data_from_numpy(value)
+        tensors.append(t)
+    return tensors
+
+
+def _streamed(client: Any, grpcclient: Any, load: Load, results: queue.Queue[Any]) -> Sample:
+    """One request on an open decoupled stream: a response per token, then a final one."""
+    start = time.perf_counter()
+    client.async_stream_infer(load.model, _inputs(grpcclient, load, True),
+                              enable_empty_final_response=True)
+    stamps: list[float] = []
+    while True:
+        result, error = results.get(timeout=load.timeout)
+        if error is not None:
+            return Sample(time.perf_counter() - start, None, [], 0, str(error))
+        if result.as_numpy("text_output") is not None:
+            stamps.append(time.perf_counter())
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+    end = time.perf_counter()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    return Sample(end - start, stamps[0] - start if stamps else None, gaps, len(stamps))
+
+
+def _client_loop(address: str, load: Load, stream: bool, take: Callable[[], bool],
+                 done: Callable[[Sample], None]) -> None:
+    """One client: requests until `take` says the level has sent them all."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(address)
+    results: queue.Queue[Any] = queue.Queue()
+    try:
+        if stream:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+        while take():
+            start = time.perf_counter()
+            try:
+                if stream:
+                    done(_streamed(client, grpcclient, load, results))
+                else:
+                    client.infer(load.model, _inputs(grpcclient, load, False),
+                                 client_timeout=load.timeout)
+                    latency = time.perf_counter() - start
+                    done(Sample(latency, latency, [], load.max_tokens))
+            except Exception as exc:  # counted, reported, and the load goes on
+                done(Sample(time.perf_counter() - start, None, [], 0, str(exc)))
+    finally:
+        if stream:
+            client.stop_stream()
+        client.close()
+
+
+def is_decoupled(address: str, model: str) -> bool:
+    """Whether the model streams (model_transaction_policy.decoupled), asked of the server."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        config = client.get_model_config(model, as_json=True)["config"]
+    finally:
+        client.close()
+    return bool((config.get("model_transaction_policy") or {}).get("decoupled"))
+
+
+def run_level(address: str, load: Load, concurrency: int, requests: int, stream: bool,
+              progress: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
+    """`requests` requests from `concurrency` clients; the level's figures."""
+    lock = threading.Lock()
+    sent = 0
+    samples: list[Sample] = []
+
+    def take() -> bool:
+        nonlocal sent
+        with lock:
+            sent += 1
+            return sent <= requests
+
+    def done(sample: Sample) -> None:
+        with lock:
+            samples.append(sample)
+            progress(len(samples), requests)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=_client_loop, args=(address, load, stream, take, done),
+                                daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summarise(concurrency, samples, time.perf_counter() - start, stream)
+
+
+def bench(address: str, load: Load, levels: Sequence[int], requests: int,
+          say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Every level against one target: the report (JSON-ready)."""
+    stream = is_decoupled(address, load.model)
+    out: dict[str, Any] = {"target": address, "model": load.model, "streaming": stream,
+                           "max_tokens": load.max_tokens, "prompt": load.prompt,
+                           "requests_per_level": requests, "levels": []}
+    for level in levels:
+        def progress(n: int, total: int, level: int = level) -> None:
+            width = 30
+            bar = "#" * (width * n // total)
+            say(f"\r  concurrency {level:>4}: [{bar:<{width}}] {n}/{total}")
+        out["levels"].append(run_level(address, load, level, max(requests, level), stream,
+                                       progress))
+        say("\n")
+    return out
+
+
+# --- targets, the ConfigMap, the command -------------------------------------------------------
+
+
+def grpc_address(target: str, grpc_port: int) -> str:
+    """host:port of Triton's gRPC endpoint for an address or URL (not a deployment name)."""
+    if target.startswith("http://") or target.startswith("https://"):
+        host = urlsplit(target).hostname or ""
+        return f"{host}:{grpc_port}"
+    return target.removeprefix("grpc://").rstrip("/")
+
+
+def is_address(target: str) -> bool:
+    return "://" in target or ":" in target
+
+
+def deployment_address(name: str, namespace: str) -> str:
+    """The gRPC address of a deployment's Service (its cluster IP: run where that routes)."""
+    from kubernetes import client, config
+
+    config.load_kube_config()
+    service = client.CoreV1Api().read_namespaced_service(name, namespace)
+    return f"{service.spec.cluster_ip}:{c.GRPC_PORT}"
+
+
+def write_configmap(name: str, namespace: str, report: dict[str, Any]) -> str:
+    """The report in ConfigMap <name>-bench, owned by deployment `name`; its name."""
+    from kubernetes import client, config
+
+    config.load_kube_config()
+    owner = client.CustomObjectsApi().get_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    cm_name = f"{name}-bench"
+    body = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": cm_name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/managed-by": "tritonllm-bench",
+                                "tritonllm.io/deployment": name},
+                     "ownerReferences": [{"apiVersion": c.API_VERSION, "kind": c.KIND,
+                                          "name": name, "uid": owner["metadata"]["uid"]}]},
+        "data": {"results.json": json.dumps(report, indent=2), "table": table(report["levels"])},
+    }
+    core = client.CoreV1Api()
+    try:
+        core.replace_namespaced_config_map(cm_name, namespace, body)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        core.create_namespaced_config_map(namespace, body)
+    return cm_name
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="load a serving deployment: throughput, TTFT, ITL, latency")
+    p.add_argument("target", help="deployment name, gRPC host:port, or http:// URL")
+    p.add_argument("--compare", metavar="TARGET", help="a second target, run the same way")
+    p.add_argument("-n", "--namespace", default="default", help="namespace of deployment names")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
+    p.add_argument("--requests", type=int, default=32, help="requests per level (at least one "
+                   "per client)")
+    p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--model", default="ensemble", help="ensemble or tensorrt_llm_bls")
+    p.add_argument("--grpc-port", type=int, default=c.GRPC_PORT, help="for http:// targets")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON (- : stdout)")
+    p.add_argument("--configmap", action="store_true",
+                   help="also store the report in ConfigMap <deployment>-bench (deployment "
+                   "targets only)")
+    p.set_defaults(func=run)
+
+
+def _one(target: str, args: argparse.Namespace, load: Load, levels: list[int]) -> dict[str, Any]:
+    address = grpc_address(target, args.grpc_port) if is_address(target) else \
+        deployment_address(target, args.namespace)
+    print(f"{target} ({address}, model {load.model}):", file=sys.stderr)
+    report = bench(address, load, levels, args.requests, lambda s: print(s, end="",
+                                                                         file=sys.stderr))
+    report["name"] = target
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: --concurrency must be comma-separated integers, not {args.concurrency!r}",
+              file=sys.stderr)
+        return 2
+    if not levels or min(levels) < 1 or args.requests < 1 or args.max_tokens < 1:
+        print("error: --concurrency, --requests and --max-tokens must be at least 1",
+              file=sys.stderr)
+        return 2
+    if args.configmap and is_address(args.target):
+        print("error: --configmap needs a deployment name as the target", file=sys.stderr)
+        return 2
+    load = Load(args.model, args.prompt, args.max_tokens, args.timeout)
+    reports = [_one(t, args, load, levels) for t in filter(None, (args.target, args.compare))]
+    for r in reports:
+        print(f"{r['name']} ({'streaming' if r['streaming'] else 'not decoupled'}, "
+              f"max_tokens {r['max_tokens']}, {r['requests_per_level']} requests per level; "
+              "times in ms)")
+        print(table(r["levels"]) + "\n")
+    if len(reports) == 2:
+        print(comparison(reports[0]["levels"], reports[1]["levels"],
+                         (reports[0]["name"], reports[1]["name"])))
+    result: dict[str, Any] = reports[0] if len(reports) == 1 else {"runs": reports}
+    if args.json:
+        text = json.dumps(result, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.configmap:
+        print(f"stored in ConfigMap {args.namespace}/{write_configmap(args.target, args.namespace, reports[0])}",
+              file=sys.stderr)
+    failed = any(level["errors"] for r in reports for level in r["levels"])
+    return 1 if failed else 0
