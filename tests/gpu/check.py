@@ -588,6 +588,25 @@ def metric_checks(seen: dict[str, Any], gpus: list[tuple[int, str, str]],
           seen["pending_request_count_present"], "")
 
 
+def run_bench(stack: Stack, tag: str, args: argparse.Namespace, report: dict[str, Any],
+              check: Checks) -> None:
+    """`tritonllm bench` (its library, as the command calls it) against this stack's gRPC
+    endpoint: the product's benchmark on a GPU machine, through the stand-in."""
+    from tritonllm.cli import bench
+
+    levels = [int(x) for x in args.bench.split(",")]
+    load = bench.Load(max_tokens=args.max_tokens, prompt="the quick brown fox jumps over")
+    result = bench.bench(stack.server.grpc, load, levels, args.bench_requests)
+    say(f"[{tag}] tritonllm bench ({'streaming' if result['streaming'] else 'not decoupled'}, "
+        f"max_tokens {load.max_tokens}, {args.bench_requests} requests per level; times in ms)")
+    for line in bench.table(result["levels"]).splitlines():
+        say(f"[{tag}] {line}")
+    report.setdefault("bench", {})[tag] = result
+    check(f"[{tag}] tritonllm bench: no request failed",
+          not any(level["errors"] for level in result["levels"]),
+          [(level["concurrency"], level["errors"]) for level in result["levels"]])
+
+
 def serve(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenizer: Path,
           pyz: Path, gpus_env: OnGpus, tag: str, world: int, vocab: dict[str, int],
           gpus: list[tuple[int, str, str]], idle: dict[str, float], args: argparse.Namespace,
@@ -609,6 +628,8 @@ def serve(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenize
             report["metrics"][tag] = measured[1]
             if tag == "gpu":
                 check.guarded("metrics", metric_checks, measured[1], gpus, idle, check)
+        if args.bench:
+            check.guarded(f"[{tag}] tritonllm bench", run_bench, stack, tag, args, report, check)
         report["memory"][tag] = memory_per_process(stack, gpus)
         for row in report["memory"][tag]:
             say(f"[{tag}] GPU memory: GPU {row['gpu']} {row['process']}: {row['mib']} MiB")
@@ -630,6 +651,9 @@ def main() -> int:
     ap.add_argument("--concurrency", default="1,16")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--bench", metavar="LEVELS",
+                    help="also run `tritonllm bench` at these comma-separated concurrencies")
+    ap.add_argument("--bench-requests", type=int, default=64, help="requests per bench level")
     ap.add_argument("--echo-standin", action="store_true",
                     help="serve the CPU tier's echo stand-in instead (no PyTorch in the models)")
     ap.add_argument("--on", default="gpu",
