@@ -287,14 +287,14 @@ def shape_problems(arch: Architecture, tensor: int, pipeline: int,
     out = []
     if arch.heads % tensor:
         divisors = [d for d in range(1, min(arch.heads, 64) + 1) if arch.heads % d == 0]
-        out.append(("tensor", f"{tensor} does not divide the {arch.heads} attention heads of {name}; use "
-                    f"one of {', '.join(map(str, divisors))}"))
+        out.append(("tensor", f"{tensor} does not divide the {arch.heads} attention heads of "
+                    f"{name}; use one of {', '.join(map(str, divisors))}"))
     if pipeline > arch.layers:
-        out.append(("pipeline", f"{pipeline} is more than the {arch.layers} layers of {name}; use at most "
-                    f"{arch.layers}, a divisor of it"))
+        out.append(("pipeline", f"{pipeline} is more than the {arch.layers} layers of {name}; "
+                    f"use at most {arch.layers}, a divisor of it"))
     elif arch.layers % pipeline:
-        out.append(("pipeline", f"{pipeline} does not divide the {arch.layers} layers of {name}; use a "
-                    f"divisor of {arch.layers}"))
+        out.append(("pipeline", f"{pipeline} does not divide the {arch.layers} layers of {name}; "
+                    f"use a divisor of {arch.layers}"))
     return out
 
 

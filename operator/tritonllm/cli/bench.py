@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import queue
@@ -174,7 +175,7 @@ def _streamed(client: Any, grpcclient: Any, load: Load, results: queue.Queue[Any
         if result.get_response().parameters["triton_final_response"].bool_param:
             break
     end = time.perf_counter()
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     return Sample(end - start, stamps[0] - start if stamps else None, gaps, len(stamps))
 
 
@@ -378,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
     if args.configmap:
-        print(f"stored in ConfigMap {args.namespace}/{write_configmap(args.target, args.namespace, reports[0])}",
-              file=sys.stderr)
+        stored = write_configmap(args.target, args.namespace, reports[0])
+        print(f"stored in ConfigMap {args.namespace}/{stored}", file=sys.stderr)
     failed = any(level["errors"] for r in reports for level in r["levels"])
     return 1 if failed else 0

@@ -40,7 +40,7 @@ def _sizing_spec(doc: dict[str, Any]) -> Any:
     """The spec with the checks that need the planner turned off (no product, no auto): the
     planner runs on it below, so that a layout that does not fit still gets its table."""
     doc = copy.deepcopy(doc)
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec: dict[str, Any] = doc["spec"] if isinstance(doc.get("spec"), dict) else {}
     (spec.get("gpu") or {}).pop("product", None)
     par = (spec.get("engine") or {}).get("parallelism")
     if isinstance(par, dict):
@@ -54,12 +54,12 @@ def report(doc: dict[str, Any], product: str | None, config: dict[str, Any] | No
     spec = _sizing_spec(doc)
     par = ((doc.get("spec") or {}).get("engine") or {}).get("parallelism") or {}
     auto = bool(par.get("auto")) if isinstance(par, dict) else False
-    product = product or ((doc.get("spec") or {}).get("gpu") or {}).get("product")
+    product = product or str(((doc.get("spec") or {}).get("gpu") or {}).get("product") or "")
     arch = fit.architecture_from_config(config) if config else fit.known_architecture(
         spec.model.source)
     if arch is None:
         raise ValueError(f"no architecture for {spec.model.source}: pass --config config.json")
-    memory = fit.gpu_memory(product) if product else None
+    memory = fit.gpu_memory(product)
     if memory is None:
         raise ValueError(f"no memory figure for gpu product {product!r}: pass --gpu, one of "
                          f"{', '.join(fit.GPUS)}")
