@@ -30,7 +30,7 @@ REQUESTS = 8
 
 @pytest.fixture(scope="module")
 def slow_streaming(start_stack: Callable[..., Any]) -> Iterator[Server]:
-    dep = example(EXAMPLE, serving={"streaming": True})
+    dep = example(EXAMPLE, serving={"streaming": True, "bls": True})
     with start_stack("bench", dep, token_delay=TOKEN_DELAY) as stack:
         yield stack.server
 
@@ -66,13 +66,17 @@ def test_bench_measures_a_streaming_deployment(slow_streaming: Server, tmp_path:
 
 
 def test_bench_compares_two_targets_side_by_side(slow_streaming: Server) -> None:
+    """The ensemble against tensorrt_llm_bls on the same server, as seed 004 compares two
+    backends."""
     done = bench(slow_streaming.grpc, "--compare", f"grpc://{slow_streaming.grpc}",
-                 "--concurrency", "2", "--requests", "4", "--max-tokens", "4",
-                 "--model", "ensemble", "--json", "-")
+                 "--compare-model", "tensorrt_llm_bls", "--concurrency", "2", "--requests",
+                 "4", "--max-tokens", "4", "--json", "-")
     assert done.returncode == 0, done.stderr
-    runs = json.loads(done.stdout[done.stdout.index("{"):])["runs"]
-    assert [r["levels"][0]["requests"] for r in runs] == [4, 4]
-    assert f"A = {slow_streaming.grpc}, B = grpc://{slow_streaming.grpc}" in done.stdout
+    runs = json.loads(done.stdout[done.stdout.index("\n{") + 1:])["runs"]
+    assert [(r["model"], r["levels"][0]["requests"]) for r in runs] == [
+        ("ensemble", 4), ("tensorrt_llm_bls", 4)]
+    assert f"A = {slow_streaming.grpc}, B = grpc://{slow_streaming.grpc} tensorrt_llm_bls" \
+        in done.stdout
     assert "B/A" in done.stdout
 
 

@@ -121,7 +121,7 @@ def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[st
             ("latency_ms_p50", "lat p50"))
     header = ["conc"]
     for _, h in keys:
-        header += [f"{h} {names[0]}", f"{h} {names[1]}", "B/A"]
+        header += [f"{h} A", f"{h} B", "B/A"]
     rows = []
     for x, y in zip(a, b, strict=True):
         row = [str(x["concurrency"])]
@@ -320,6 +320,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("bench", help="load a serving deployment: throughput, TTFT, ITL, latency")
     p.add_argument("target", help="deployment name, gRPC host:port, or http:// URL")
     p.add_argument("--compare", metavar="TARGET", help="a second target, run the same way")
+    p.add_argument("--compare-model", metavar="MODEL",
+                   help="the second target's model (default: --model), e.g. to compare the "
+                   "ensemble with tensorrt_llm_bls or another backend's model on one server")
     p.add_argument("-n", "--namespace", default="default", help="namespace of deployment names")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated client counts")
     p.add_argument("--requests", type=int, default=32, help="requests per level (at least one "
@@ -342,7 +345,7 @@ def _one(target: str, args: argparse.Namespace, load: Load, levels: list[int]) -
     print(f"{target} ({address}, model {load.model}):", file=sys.stderr)
     report = bench(address, load, levels, args.requests, lambda s: print(s, end="",
                                                                          file=sys.stderr))
-    report["name"] = target
+    report["name"] = target if load.model == "ensemble" else f"{target} {load.model}"
     return report
 
 
@@ -361,7 +364,10 @@ def run(args: argparse.Namespace) -> int:
         print("error: --configmap needs a deployment name as the target", file=sys.stderr)
         return 2
     load = Load(args.model, args.prompt, args.max_tokens, args.timeout)
-    reports = [_one(t, args, load, levels) for t in filter(None, (args.target, args.compare))]
+    reports = [_one(args.target, args, load, levels)]
+    if args.compare:
+        other = dataclasses.replace(load, model=args.compare_model or load.model)
+        reports.append(_one(args.compare, args, other, levels))
     for r in reports:
         print(f"{r['name']} ({'streaming' if r['streaming'] else 'not decoupled'}, "
               f"max_tokens {r['max_tokens']}, {r['requests_per_level']} requests per level; "
