@@ -90,8 +90,8 @@ def format_table(rows: list[dict[str, str]]) -> list[str]:
     header = list(fit.TABLE_HEADER)
     widths = [max(len(h), *(len(r[h]) for r in rows)) for h in header]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    return [line] + ["  ".join(r[h].ljust(w) for h, w in zip(header, widths, strict=True))
-                     for r in rows]
+    return [line.rstrip()] + ["  ".join(r[h].ljust(w) for h, w in zip(
+        header, widths, strict=True)).rstrip() for r in rows]
 
 
 def run(args: argparse.Namespace) -> int:
