@@ -103,6 +103,14 @@ def test_llama2_7b_v1() -> None:
     ]
 
 
+def test_llama2_7b_auto() -> None:
+    r = render_example("llama2-7b-auto")  # the planner chose tp=2: two GPUs, two ranks
+    assert container(r.one("Deployment"))["resources"]["limits"][c.GPU_RESOURCE] == "2"
+    assert r.launch_plan["worldSize"] == 2 and ranks(r.launch_plan["argv"]) == 2
+    conv = _step(r, "convert")["argv"]
+    assert (_flag(conv, "--tp_size"), _flag(conv, "--pp_size")) == ("2", "1")
+
+
 def test_llama_70b_multinode() -> None:
     r = render_example("llama-70b-multinode")
     assert not r.by_kind("Deployment")

@@ -68,6 +68,15 @@ GOLDEN: dict[str, list[str]] = {
         "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
         "--kv_cache_type paged --workers 1",
     ],
+    # tp 2: what the fit planner chose (parallelism.auto).
+    "llama2-7b-auto": [
+        "python3 {X}/models/core/llama/convert_checkpoint.py --model_dir {W} --output_dir {C} "
+        "--dtype float16 --tp_size 2 --pp_size 1",
+        "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 64 "
+        "--max_input_len 1024 --max_seq_len 2048 --max_num_tokens 8192 --max_beam_width 1 "
+        "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
+        "--kv_cache_type paged --workers 2",
+    ],
     # 16 ranks built in turn on one node's 8 GPUs.
     "llama-70b-multinode": [
         "python3 {X}/models/core/llama/convert_checkpoint.py --model_dir {W} --output_dir {C} "
