@@ -40,7 +40,7 @@ def test_server_applies_the_schema_defaults(cluster: LocalCluster, namespace: st
     live = cluster.kubectl_json("get", "tllm", "demo", "-n", namespace)
     spec = live["spec"]
     assert spec["runtime"] == "engine"
-    assert spec["engine"]["parallelism"] == {"tensor": 1, "pipeline": 1}
+    assert spec["engine"]["parallelism"] == {"tensor": 1, "pipeline": 1, "auto": False}
     assert spec["engine"]["limits"]["maxBatchSize"] == 64
     assert spec["serving"]["kvCache"]["freeGpuMemFraction"] == 0.9
     assert spec["storage"]["claimName"] == "tritonllm-model-store"

@@ -234,7 +234,9 @@ def test_missing_prerequisites_are_reported_without_building(
         "model": {
             "source": "hf://meta-llama/Llama-2-7b-hf",
             "credentials": {"secretName": "hf-token"},
-        }
+        },
+        # 32 x 2048 tokens: what one H100 holds for Llama 2 7B (the fit planner refuses 64)
+        "engine": {"limits": {"maxBatchSize": 32}},
     }
     if case == "no-gpu-product":
         spec["gpu"] = {"product": "NVIDIA-B200"}
