@@ -68,14 +68,15 @@ GOLDEN: dict[str, list[str]] = {
         "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
         "--kv_cache_type paged --workers 1",
     ],
-    # 16 ranks built in turn on one node's 8 GPUs.
+    # 16 ranks built in turn on one node's 8 GPUs; TensorRT-LLM 0.11 has --max_seq_len but not
+    # yet --kv_cache_type (0.13).
     "llama-70b-multinode": [
         "python3 {X}/models/core/llama/convert_checkpoint.py --model_dir {W} --output_dir {C} "
         "--dtype bfloat16 --tp_size 8 --pp_size 2",
         "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 32 "
         "--max_input_len 4096 --max_seq_len 8192 --max_num_tokens 16384 --max_beam_width 1 "
         "--gemm_plugin bfloat16 --gpt_attention_plugin bfloat16 --use_paged_context_fmha enable "
-        "--kv_cache_type paged --workers 8",
+        "--paged_kv_cache enable --workers 8",
     ],
 }
 
