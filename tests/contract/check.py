@@ -56,6 +56,8 @@ class Table:
     source: dict[str, Any]
     options: dict[str, dict[str, Any]]
     models: dict[str, dict[str, list[str]]]
+    # launch_triton_server: the tritonserver flags the launcher writes into each rank's command.
+    tritonserver_flags: tuple[str, ...] = ()
 
     @property
     def cite(self) -> str:
@@ -77,6 +79,7 @@ def tables() -> dict[str, list[Table]]:
             source=raw["source"],
             options=raw.get("options", {}),
             models=raw.get("models", {}),
+            tritonserver_flags=tuple(raw.get("tritonserver_flags", ())),
         )
         out.setdefault(t.tool, []).append(t)
     for ts in out.values():
@@ -100,9 +103,9 @@ def server_table(ngc: str) -> Table:
     return next(t for t in tables()["tritonserver"] if t.version == ngc)
 
 
-def label(ts: list[Table]) -> str:
+def label(ts: list[Table], version: str) -> str:
     names = "+".join(t.version for t in ts)
-    if len(ts) == 1 and not ts[0].exact:
+    if version_key(ts[-1].version) < version_key(version):
         names += "(no newer table)"
     return names
 
@@ -183,7 +186,8 @@ def check_argparse(
         allowed = {str(c) for c in opt["choices"]}
         for v in values:
             since = later.get((table.tool, name, v))
-            if since and newer_than(table, since) and version_key(since) <= version_key(version or ""):
+            claimed = since and newer_than(table, since)
+            if claimed and version_key(since) <= version_key(version or ""):
                 rep.trusted.add(f"{table.tool} {name} {v} (operator: since {since})")
             elif v not in allowed:
                 rep.problems.append(
@@ -317,8 +321,9 @@ class Against:
     @property
     def id(self) -> str:
         return (
-            f"{self.ngc}[trtllm {self.trtllm}: tools {label(self.tools['trtllm-build'])}, "
-            f"templates {label(self.templates)}, tritonserver {self.server.version}]"
+            f"{self.ngc}[trtllm {self.trtllm}: "
+            f"tools {label(self.tools['trtllm-build'], self.trtllm)}, "
+            f"templates {label(self.templates, self.trtllm)}, tritonserver {self.server.version}]"
         )
 
 

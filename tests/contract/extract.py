@@ -43,7 +43,13 @@ SERVER = "triton-inference-server/server"
 
 # The converters the project renders (tritonllm.triton.build.ARCHITECTURE_DIRS values).
 CONVERTERS = ("gpt", "llama", "qwen", "gemma", "phi", "falcon")
-TEMPLATE_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls", "ensemble")
+TEMPLATE_MODELS = (
+    "preprocessing",
+    "postprocessing",
+    "tensorrt_llm",
+    "tensorrt_llm_bls",
+    "ensemble",
+)
 
 
 @dataclass(frozen=True)
@@ -61,15 +67,20 @@ class Snapshot:
 # the release commits of 0.9.0 and 0.10.0, then for each later series the last main-branch
 # commit before the version bump (the release branch was cut from about there). Labels are the
 # version.py string at that commit.
-TRTLLM_SNAPSHOTS = (
-    Snapshot(TRTLLM, "250d9c293d5edbc2a45c20775b3150b1eb68b364", "anapple-hub+TensorRT-LLM", "0.9.0", True),
-    Snapshot(TRTLLM, "9bd15f1937f52658fb116f30d58fea786ce5d03b", "anapple-hub+TensorRT-LLM", "0.10.0", True),
-    Snapshot(TRTLLM, "9691e12bce7ae1c126c435a049eb516eb119486c", "laipaang+TensorRT-LLM", "0.11.0.dev2024062500", False),
-    Snapshot(TRTLLM, "be9cd719f7d3149a5267c854284d83f717da0771", "laipaang+TensorRT-LLM", "0.12.0.dev2024080600", False),
-    Snapshot(TRTLLM, "78f5c2936b7bdaa56859075a3f2fcc5a63952134", "laipaang+TensorRT-LLM", "0.13.0.dev2024090300", False),
-    Snapshot(TRTLLM, "8681b3a4c0ccc1028bb48d83aacbb690af8f55e7", "laipaang+TensorRT-LLM", "0.14.0.dev2024100800", False),
-    Snapshot(TRTLLM, "c629546ce429623c8a163633095230154a6f0574", "laipaang+TensorRT-LLM", "0.15.0.dev2024111200", False),
-    Snapshot(TRTLLM, "b171e879563ff0ba4eb35b94cf0e59a471e13d80", "laipaang+TensorRT-LLM", "0.16.0.dev2024121000", False),
+_ANAPPLE = "anapple-hub+TensorRT-LLM"  # holds the 0.9.0 and 0.10.0 release commits
+_LAIPAANG = "laipaang+TensorRT-LLM"  # holds main from 2024-04 to 2024-12
+TRTLLM_SNAPSHOTS = tuple(
+    Snapshot(TRTLLM, commit, mirror, label, exact)
+    for commit, mirror, label, exact in (
+        ("250d9c293d5edbc2a45c20775b3150b1eb68b364", _ANAPPLE, "0.9.0", True),
+        ("9bd15f1937f52658fb116f30d58fea786ce5d03b", _ANAPPLE, "0.10.0", True),
+        ("9691e12bce7ae1c126c435a049eb516eb119486c", _LAIPAANG, "0.11.0.dev2024062500", False),
+        ("be9cd719f7d3149a5267c854284d83f717da0771", _LAIPAANG, "0.12.0.dev2024080600", False),
+        ("78f5c2936b7bdaa56859075a3f2fcc5a63952134", _LAIPAANG, "0.13.0.dev2024090300", False),
+        ("8681b3a4c0ccc1028bb48d83aacbb690af8f55e7", _LAIPAANG, "0.14.0.dev2024100800", False),
+        ("c629546ce429623c8a163633095230154a6f0574", _LAIPAANG, "0.15.0.dev2024111200", False),
+        ("b171e879563ff0ba4eb35b94cf0e59a471e13d80", _LAIPAANG, "0.16.0.dev2024121000", False),
+    )
 )
 
 # tensorrtllm_backend release tags (templates and launcher moved into TensorRT-LLM after 0.19).
@@ -321,7 +332,10 @@ def extract_trtllm(mirrors: Path, snap: Snapshot) -> None:
         path, text = _first(
             git,
             commit,
-            (f"examples/{conv}/convert_checkpoint.py", f"examples/models/core/{conv}/convert_checkpoint.py"),
+            (
+                f"examples/{conv}/convert_checkpoint.py",
+                f"examples/models/core/{conv}/convert_checkpoint.py",
+            ),
         )
         _write(
             f"convert_checkpoint-{conv}-{snap.label}",
@@ -372,7 +386,8 @@ def extract_server(mirrors: Path, branch: str) -> None:
     git = Git(mirrors, "triton-inference-server+server")
     commit = git.commit(branch)
     path = "src/command_line_parser.cc"
-    snap = Snapshot(SERVER, commit, "triton-inference-server+server", branch.removeprefix("r"), True)
+    mirror = "triton-inference-server+server"
+    snap = Snapshot(SERVER, commit, mirror, branch.removeprefix("r"), True)
     table = _table("tritonserver", snap, [path], tritonserver_options(git.show(commit, path) or ""))
     table["source"]["branch"] = branch
     _write(f"tritonserver-{snap.label}", table)
