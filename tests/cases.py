@@ -147,6 +147,25 @@ INVALID: list[Invalid] = [
         "autoscaling.minReplicas",
         says="must not exceed",
     ),
+    Invalid(
+        "scale-to-zero-with-hpa",
+        cr({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
+        "autoscaling.minReplicas",
+        says="needs autoscaler: KEDA",
+    ),
+    Invalid(
+        "keda-on-cpu",
+        cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 2, "metric": "cpu",
+                            "target": "80"}}),
+        "autoscaling.metric",
+        says="HPA only",
+    ),
+    Invalid(
+        "keda-prometheus-url-not-http",
+        cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 2,
+                            "prometheusUrl": "prometheus:9090"}}),
+        "autoscaling.prometheusUrl",
+    ),
     Invalid("negative-replicas", cr({"serving": {"replicas": -1}}), "serving.replicas"),
     Invalid("unknown-field", cr({"engine": {"tensorParallel": 2}}), "engine.tensorParallel"),
     Invalid(

@@ -94,6 +94,15 @@ GOLDEN_LOCAL: dict[str, list[str]] = {
         "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
         "--kv_cache_type paged --workers 2",
     ],
+    # The autoscaling example: the same model at tp 1 (one stand-in GPU per replica).
+    "cpu-standin-autoscaling": [
+        "python3 {X}/gpt/convert_checkpoint.py --model_dir {W} --output_dir {C} "
+        "--dtype float16 --tp_size 1 --pp_size 1",
+        "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 4 "
+        "--max_input_len 64 --max_seq_len 128 --max_num_tokens 256 --max_beam_width 1 "
+        "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
+        "--kv_cache_type paged --workers 1",
+    ],
 }
 
 
@@ -156,7 +165,8 @@ def test_build_from_a_checkpoint_on_the_claim_runs_the_exact_commands(
     assert image.calls("huggingface_hub") == []
     artifact = json.loads((Path(plan["engineDir"]) / "artifact.json").read_text())
     assert artifact["engineKey"] == rendered.engine_key
-    assert (artifact["tensorParallel"], artifact["worldSize"]) == (2, 2)
+    tp = rendered.launch_plan["worldSize"]
+    assert (artifact["tensorParallel"], artifact["worldSize"]) == (tp, tp)
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
