@@ -270,7 +270,10 @@ class Quantization(ApiModel):
     awqBlockSize: Literal[64, 128] = 128
     """Group size for AWQ formats (quantize.py --awq_block_size)."""
     kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
-    """KV-cache quantization; none keeps the model dtype."""
+    """KV-cache quantization; none keeps the model dtype. With format none, int8_wo or int4_wo
+    the model's convert_checkpoint.py does it, and not every one can (fp8: llama since 0.12;
+    int8: gpt, llama, qwen, and gemma from 0.13; neither for phi and falcon): the operator refuses
+    what the image's version lacks. The ModelOpt formats quantize the KV cache in any version."""
     calibrationSize: int = Field(default=512, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
     calibrationDataset: DatasetPath | None = None
