@@ -143,6 +143,23 @@ def later_values() -> dict[tuple[str, str, str], str]:
     return {("quantize", "--qformat", f): str(v) for f, v in QUANTIZE_FORMAT_SINCE.items()}
 
 
+def _lookup(
+    rep: Report, table: Table, who: str, name: str, inline: bool
+) -> dict[str, Any] | None:
+    """The table's entry for option `name`, or None (reported) when it does not exist; also
+    None (reported if given a value) for a switch, which takes no value to check."""
+    rep.options += 1
+    opt = table.options.get(name)
+    if opt is None:
+        rep.problems.append(f"{who}: unknown option {name} (checked against {table.cite})")
+        return None
+    if not opt["value"]:
+        if inline:
+            rep.problems.append(f"{who}: {name} takes no value (checked against {table.cite})")
+        return None
+    return opt
+
+
 def check_argparse(
     argv: list[str], table: Table, who: str, version: str | None = None
 ) -> Report:
@@ -158,14 +175,8 @@ def check_argparse(
             rep.problems.append(f"{who}: stray argument {tok!r} (checked against {table.cite})")
             continue
         name, eq, inline = tok.partition("=")
-        rep.options += 1
-        opt = table.options.get(name)
+        opt = _lookup(rep, table, who, name, bool(eq))
         if opt is None:
-            rep.problems.append(f"{who}: unknown option {name} (checked against {table.cite})")
-            continue
-        if not opt["value"]:
-            if eq:
-                rep.problems.append(f"{who}: {name} takes no value (checked against {table.cite})")
             continue
         if eq:
             values = [inline]
@@ -220,14 +231,8 @@ def check_tritonserver(args: list[str], table: Table, who: str) -> Report:
         tok = args[i]
         i += 1
         name, eq, value = tok.partition("=")
-        rep.options += 1
-        opt = table.options.get(name)
+        opt = _lookup(rep, table, who, name, bool(eq))
         if opt is None:
-            rep.problems.append(f"{who}: unknown option {name} (checked against {table.cite})")
-            continue
-        if not opt["value"]:
-            if eq:
-                rep.problems.append(f"{who}: {name} takes no value (checked against {table.cite})")
             continue
         if not eq:
             if i >= len(args) or args[i].startswith("--"):
