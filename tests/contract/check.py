@@ -27,6 +27,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from tritonllm.api.toolflags import QUANTIZE_FORMAT_SINCE
 from tritonllm.api.versions import NGC_TRTLLM
 
@@ -58,6 +61,14 @@ class Table:
     models: dict[str, dict[str, list[str]]]
     # launch_triton_server: the tritonserver flags the launcher writes into each rank's command.
     tritonserver_flags: tuple[str, ...] = ()
+
+    def cite_model(self, key: str) -> str:
+        """The template of one model (`llmapi:tensorrt_llm`: the LLM-API model's)."""
+        path = next((p for p in self.source["paths"] if f"/{key.split(':')[-1]}/" in p), "")
+        if key.startswith("llmapi:"):
+            path = next(p for p in self.source["paths"] if "/llmapi/" in p)
+        where = self.source.get("tag") or self.source["commit"][:12]
+        return f"templates {self.version} ({self.source['repository']}@{where}:{path})"
 
     @property
     def cite(self) -> str:
@@ -271,8 +282,44 @@ PYTHON_MODELS = {
 }
 
 
-def check_repository(files: dict[str, str], templates: list[Table], who: str) -> Report:
+# Models whose tensors are the backend's (tensorrt_llm: the C++ backend reads and writes them by
+# name) or the clients' (ensemble): they must equal the template's, names and data types.
+TENSOR_MODELS = ("tensorrt_llm", "ensemble")
+
+
+def check_tensors(model: str, text: str, template: Table, key: str, who: str) -> Report:
+    """Our `model` config's tensors against the template's model `key`: every tensor we declare
+    is the template's, with its data type (one written as a ${placeholder} upstream is left to
+    the renderer); every output and every required input of the template is ours."""
     rep = Report()
+    cite = f"{template.cite_model(key)}"
+    cfg = text_format.Parse(text, model_config_pb2.ModelConfig())
+    for kind, tensors in (("inputs", cfg.input), ("outputs", cfg.output)):
+        theirs: dict[str, dict[str, Any]] = template.models[key][kind]
+        ours = {t.name: model_config_pb2.DataType.Name(t.data_type) for t in tensors}
+        rep.options += len(ours)
+        for name in sorted(ours.keys() - theirs.keys()):
+            rep.problems.append(f"{who}: {model} {kind[:-1]} {name} is not in {cite}")
+        for name in sorted(theirs.keys() - ours.keys()):
+            if kind == "outputs" or not theirs[name]["optional"]:
+                rep.problems.append(f"{who}: {model} lacks the {kind[:-1]} {name} of {cite}")
+        for name in sorted(ours.keys() & theirs.keys()):
+            dtype = theirs[name]["data_type"]
+            if not dtype.startswith("${") and dtype != ours[name]:
+                rep.problems.append(
+                    f"{who}: {model} {kind[:-1]} {name} is {ours[name]}, {dtype} in {cite}"
+                )
+    return rep
+
+
+def check_repository(
+    files: dict[str, str], templates: list[Table], who: str, version: str | None = None
+) -> Report:
+    """`version`: the TensorRT-LLM release; tensors are compared only where a template of
+    exactly that version was read (later releases renamed some, see docs/contract.md)."""
+    rep = Report()
+    key = version_key(version) if version else None
+    exact = [t for t in templates if t.exact and version_key(t.version) == key]
     for rel, text in sorted(files.items()):
         if "${" in text:
             rep.problems.append(f"{who}: {rel} keeps a ${{…}} placeholder")
@@ -288,14 +335,22 @@ def check_repository(files: dict[str, str], templates: list[Table], who: str) ->
                     rep.problems.append(
                         f"{who}: {rel} sets {k}, which our {model} model.py never reads"
                     )
-        elif model == "tensorrt_llm" and keys:
+        if model in TENSOR_MODELS and exact:
+            # runtime llmapi: tensorrt_llm is the LLM-API Python model (its own template).
+            llmapi = f"{model}/1/model.yaml" in files
+            template = f"llmapi:{model}" if llmapi else model
+            if template in exact[0].models:
+                rep.add(check_tensors(model, text, exact[0], template, who))
+            else:
+                rep.problems.append(f"{who}: {exact[0].cite} has no {template} model")
+        if model == "tensorrt_llm" and keys:
             for t in templates:
                 read = set(t.models["tensorrt_llm"]["parameters"])
                 for k in keys:
                     if k not in read:
                         rep.problems.append(
                             f"{who}: {rel} sets parameter {k}, which the template does not "
-                            f"read (checked against {t.cite})"
+                            f"read (checked against {t.cite_model(model)})"
                         )
     return rep
 
@@ -374,7 +429,7 @@ def check_launch(argv: list[str], ag: Against, who: str) -> Report:
 def check_rendered(rendered: Any, ag: Against, who: str) -> Report:
     rep = check_build_plan(rendered.build_plan, ag, who)
     rep.add(check_launch(rendered.launch_plan["argv"], ag, who))
-    rep.add(check_repository(rendered.repository, ag.templates, who))
+    rep.add(check_repository(rendered.repository, ag.templates, who, ag.trtllm))
     return rep
 
 

@@ -272,11 +272,50 @@ _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")
 _COMMENT = re.compile(r"#[^\n]*")
 
 
-def template_facts(source: str) -> dict[str, list[str]]:
+_NAME = re.compile(r'\bname\s*:\s*"([^"]+)"')
+_DTYPE = re.compile(r"\bdata_type\s*:\s*(\S+)")
+_OPTIONAL = re.compile(r"\boptional\s*:\s*true\b")
+
+
+def _balanced(text: str, start: int, open_: str, close: str) -> int:
+    """The index just past the bracket that closes the one at `start`."""
+    depth = 0
+    for j in range(start, len(text)):
+        depth += 1 if text[j] == open_ else -1 if text[j] == close else 0
+        if depth == 0:
+            return j + 1
+    raise ValueError(f"unbalanced {open_}{close}")
+
+
+def _tensors(text: str, field: str) -> dict[str, dict[str, Any]]:
+    """Each `{ name, data_type, optional }` entry of the top-level `field [ ... ]` list."""
+    m = re.search(rf"^{field}\s*\[", text, re.M)
+    if not m:
+        return {}
+    block = text[m.end() - 1 : _balanced(text, m.end() - 1, "[", "]")]
+    out: dict[str, dict[str, Any]] = {}
+    i = block.find("{")
+    while i != -1:
+        end = _balanced(block, i, "{", "}")
+        entry = block[i:end]
+        name, dtype = _NAME.search(entry), _DTYPE.search(entry)
+        if name and dtype:
+            out[name.group(1)] = {
+                "data_type": dtype.group(1),
+                "optional": bool(_OPTIONAL.search(entry)),
+            }
+        i = block.find("{", end)
+    return out
+
+
+def template_facts(source: str) -> dict[str, Any]:
     text = _COMMENT.sub("", source)
     return {
         "parameters": sorted(set(_PARAM_KEY.findall(text))),
         "placeholders": sorted(set(_PLACEHOLDER.findall(text))),
+        # Tensor name -> data type as written (a TYPE_* or a ${placeholder}) and optional.
+        "inputs": _tensors(text, "input"),
+        "outputs": _tensors(text, "output"),
     }
 
 

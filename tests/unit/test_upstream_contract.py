@@ -99,3 +99,85 @@ def test_the_launch_follows_the_per_rank_flags_of_every_upstream_launcher() -> N
     assert shared <= ours, shared - ours
     for t in tables()["launch_triton_server"]:
         assert shared <= set(t.tritonserver_flags), (t.cite, shared - set(t.tritonserver_flags))
+
+
+# --- the checker itself catches each kind of mistake -------------------------------------------
+
+
+def _table(tool: str, version: str) -> check.Table:
+    return next(t for t in tables()[tool] if t.version == version)
+
+
+def test_checker_reports_unknown_options_missing_values_and_values_outside_choices() -> None:
+    t = _table("trtllm-build", "0.9.0")
+    rep = check.check_argparse(
+        ["--max_seq_len", "8", "--gemm_plugin", "int8", "--workers"], t, "case"
+    )
+    assert any("unknown option --max_seq_len" in p and "0.9.0" in p for p in rep.problems)
+    assert any("--gemm_plugin int8 is not one of" in p for p in rep.problems)
+    assert any("--workers without its value" in p for p in rep.problems)
+    assert all("NVIDIA/TensorRT-LLM@250d9c293d5e" in p for p in rep.problems)
+    # A version's own flag dialect passes.
+    ok = check.check_argparse(["--max_output_len", "8", "--paged_kv_cache", "enable"], t, "case")
+    assert ok.problems == [] and ok.options == 2
+
+
+def test_checker_reports_gemma_flags_in_the_llama_dialect() -> None:
+    t = _table("convert_checkpoint-gemma", "0.10.0")
+    rep = check.check_argparse(["--model_dir", "/w", "--tp_size", "2"], t, "case")
+    assert any("unknown option --model_dir" in p for p in rep.problems)
+    assert check.check_argparse(["--model-dir", "/w", "--world-size", "2"], t, "c").problems == []
+
+
+def test_checker_takes_a_later_value_only_on_the_operators_rule() -> None:
+    newest = _table("quantize", "0.16.0.dev2024121000")
+    argv = ["--qformat", "nvfp4"]
+    assert check.check_argparse(argv, newest, "c", "0.17.0").problems == []
+    assert check.check_argparse(argv, newest, "c", "0.17.0").trusted
+    # Not before the rule's version, and never in a table of the exact version.
+    assert check.check_argparse(argv, newest, "c", "0.16.0").problems
+    assert check.check_argparse(argv, _table("quantize", "0.10.0"), "c", "0.10.0").problems
+
+
+def test_checker_reports_tritonserver_flags_and_values() -> None:
+    t = check.server_table("24.04")
+    args = ["--allow-http=maybe", "--disable-auto-complete-config=1", "--no-such-flag=1"]
+    rep = check.check_tritonserver(args, t, "case")
+    assert len(rep.problems) == 3, rep.problems
+    good = ["--backend-config=python,shm-region-prefix-name=prefix0_", "--log-info=false"]
+    assert check.check_tritonserver(good, t, "case").problems == []
+
+
+def test_checker_reports_parameters_the_template_does_not_read_and_placeholders() -> None:
+    files = {
+        "tensorrt_llm/config.pbtxt": 'parameters {\n  key: "executor_worker_path"\n  value {\n'
+        '    string_value: "/x"\n  }\n}\n',
+        "preprocessing/config.pbtxt": 'parameters {\n  key: "tokenizer_dir"\n  value {\n'
+        '    string_value: "${tokenizer_dir}"\n  }\n}\n',
+    }
+    rep = check.check_repository(files, [_table("templates", "0.9.0")], "case")
+    assert any("executor_worker_path" in p and "templates 0.9.0" in p for p in rep.problems)
+    assert any("keeps a ${…} placeholder" in p for p in rep.problems)
+    newer = check.check_repository(
+        {"tensorrt_llm/config.pbtxt": files["tensorrt_llm/config.pbtxt"]},
+        [_table("templates", "0.10.0")],
+        "case",
+    )
+    assert newer.problems == []
+
+
+def test_checker_compares_tensors_with_the_template_of_the_exact_version() -> None:
+    rendered = case("24.09", "gpt2-medium").rendered
+    assert rendered is not None
+    text = rendered.repository["tensorrt_llm/config.pbtxt"]
+    t = _table("templates", "0.13.0")
+    assert check.check_tensors("tensorrt_llm", text, t, "tensorrt_llm", "c").problems == []
+    renamed = text.replace('"random_seed"', '"seed"').replace('"input_lengths"', '"in_lens"')
+    retyped = renamed.replace(
+        'name: "end_id"\n  data_type: TYPE_INT32', 'name: "end_id"\n  data_type: TYPE_INT64'
+    )
+    problems = check.check_tensors("tensorrt_llm", retyped, t, "tensorrt_llm", "c").problems
+    assert any("input seed is not in templates 0.13.0" in p for p in problems), problems
+    assert any("lacks the input input_lengths" in p for p in problems), problems  # required
+    assert not any("random_seed" in p for p in problems), problems  # optional upstream
+    assert any("end_id is TYPE_INT64, TYPE_INT32" in p for p in problems), problems
