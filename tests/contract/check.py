@@ -129,7 +129,8 @@ class Report:
     """What one rendered deployment was checked against, and what failed."""
 
     argvs: int = 0
-    options: int = 0
+    options: int = 0  # argv options parsed
+    config_items: int = 0  # config.pbtxt parameter keys and tensors compared
     problems: list[str] = field(default_factory=list)
     unchecked_choices: set[str] = field(default_factory=set)
     # Values past the newest reachable table, taken on the operator's rule (later_values).
@@ -138,6 +139,7 @@ class Report:
     def add(self, other: Report) -> None:
         self.argvs += other.argvs
         self.options += other.options
+        self.config_items += other.config_items
         self.problems += other.problems
         self.unchecked_choices |= other.unchecked_choices
         self.trusted |= other.trusted
@@ -297,7 +299,7 @@ def check_tensors(model: str, text: str, template: Table, key: str, who: str) ->
     for kind, tensors in (("inputs", cfg.input), ("outputs", cfg.output)):
         theirs: dict[str, dict[str, Any]] = template.models[key][kind]
         ours = {t.name: model_config_pb2.DataType.Name(t.data_type) for t in tensors}
-        rep.options += len(ours)
+        rep.config_items += len(ours)
         for name in sorted(ours.keys() - theirs.keys()):
             rep.problems.append(f"{who}: {model} {kind[:-1]} {name} is not in {cite}")
         for name in sorted(theirs.keys() - ours.keys()):
@@ -327,7 +329,7 @@ def check_repository(
             continue
         model = rel.split("/", 1)[0]
         keys = parameter_keys(text)
-        rep.options += len(keys)
+        rep.config_items += len(keys)
         if model in PYTHON_MODELS:
             source = python_model_source(PYTHON_MODELS[model])
             for k in keys:
@@ -447,8 +449,8 @@ def main() -> None:
         total.add(check_rendered(case.rendered, against(case.ngc), case.id))
     print(
         f"{cases} (tag, scenario) cases, {refused} refused by the operator, "
-        f"{total.argvs} argvs parsed, {total.options} options and parameter keys checked, "
-        f"{len(total.problems)} problems"
+        f"{total.argvs} argvs parsed ({total.options} options), {total.config_items} "
+        f"config.pbtxt parameter keys and tensors compared, {len(total.problems)} problems"
     )
     for p in total.problems:
         print("  ", p)
