@@ -64,7 +64,8 @@ ARCHITECTURE_DIRS: Final[dict[str, str]] = {
 
 @dataclasses.dataclass(frozen=True)
 class Converter:
-    """The flag dialect of one examples/<dir>/convert_checkpoint.py (None: no version has it)."""
+    """The flag dialect of one examples/<dir>/convert_checkpoint.py; a `*_since` of None means
+    that no version we could read has the option."""
 
     dir: str
     model_dir: str = "--model_dir"

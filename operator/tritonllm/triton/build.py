@@ -143,7 +143,9 @@ def convert_step(
         "unsupported": unsupported,
     }
     if arch != "auto":
-        # Admission refused an explicit architecture its converter cannot handle.
+        # Admission refuses an explicit architecture its converter cannot handle (same reason).
+        if dirs[0] in unsupported:
+            raise ValueError(unsupported[dirs[0]])
         step["argv"] = argvs[dirs[0]]
     return step
 
