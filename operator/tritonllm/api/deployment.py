@@ -304,19 +304,22 @@ def _tool_errors(spec: TritonLLMDeploymentSpec, version: TrtllmVersion) -> list[
             )
         return errors
     arch = spec.model.architecture
-    if arch == "auto":
-        return errors  # the converter is known only at build time, which refuses there
-    errors += [
-        FieldError(field, why)
-        for field, why in converter_problems(
-            CONVERTERS[ARCHITECTURE_DIRS[arch]],
+    # auto: the converter is known only at build time, which refuses there; here only when
+    # no converter at all could do it.
+    dirs = sorted(set(ARCHITECTURE_DIRS.values())) if arch == "auto" else [ARCHITECTURE_DIRS[arch]]
+    found = {
+        d: converter_problems(
+            CONVERTERS[d],
             version,
             tp=spec.engine.parallelism.tensor,
             pp=spec.engine.parallelism.pipeline,
             weight_only=q.format in ("int8_wo", "int4_wo"),
             kv=q.kvCacheDtype,
         )
-    ]
+        for d in dirs
+    }
+    if all(found.values()):
+        errors += [FieldError(field, why) for problems in found.values() for field, why in problems]
     return errors
 
 
