@@ -498,6 +498,22 @@ INVALID: list[Invalid] = [
         says="has no --fp8_kv_cache",
     ),
     Invalid(
+        "architecture-auto-that-no-converter-of-0.9-can-convert",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+                "engine": {
+                    "parallelism": {"tensor": 1, "pipeline": 2},
+                    "quantization": {"kvCacheDtype": "fp8"},
+                },
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "perNode": 2},
+            }
+        ),
+        "spec.engine.quantization.kvCacheDtype",
+        admission=False,
+        says="llama/convert_checkpoint.py of TensorRT-LLM 0.9.0 has no --fp8_kv_cache",
+    ),
+    Invalid(
         "calibration-dataset-on-0.9",
         cr(
             {
