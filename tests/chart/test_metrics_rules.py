@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cases import cr
 from tests.chart.test_chart import CHART, KUBE, helm, run_helm, template  # noqa: F401 (fixture)
-from tritonllm.render.serving import POD_METRICS
+from tritonllm.api.deployment import parse_deployment
+from tritonllm.render.autoscaling import POD_METRICS, RECORDED_SERIES, metric_query
 
 RECORDING = CHART / "files" / "recording-rules.yaml"
 ADAPTER = CHART / "files" / "adapter-rules.yaml"
@@ -312,6 +314,7 @@ def test_adapter_serves_every_metric_the_hpa_asks_for_from_recorded_series() -> 
                                                   "pod": {"resource": "pod"}}
         served[rule["name"]["as"]] = source
     assert set(POD_METRICS.values()) | {TOKENS_PER_SECOND} <= set(served)
+    assert set(RECORDED_SERIES.values()) <= recorded_names()  # what KEDA's trigger queries
 
 
 def fill_in(query: str, series_name: str, pods: list[Pod]) -> str:
@@ -334,3 +337,25 @@ def test_promtool_evaluates_the_adapter_queries(promtool: str, tmp_path: Path) -
     run_promtool_test(promtool, tmp_path, [
         {"interval": f"{STEP}s", "input_series": input_series(pods, at // STEP),
          "promql_expr_test": exprs}])
+
+
+# --- KEDA -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.chart
+@pytest.mark.parametrize("metric", sorted(RECORDED_SERIES))
+def test_promtool_evaluates_the_keda_query_of_each_signal(
+    promtool: str, tmp_path: Path, metric: str,
+) -> None:
+    """The operator's ScaledObject query sums the deployment's pods' recorded series."""
+    body = cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 3, "metric": metric,
+                               "prometheusUrl": "http://prometheus.monitoring:9090"}},
+              metadata={"name": BUSY.instance, "namespace": NAMESPACE})
+    query = metric_query(parse_deployment(body))
+    pods, chat = [BUSY, IDLE, OTHER], [BUSY, IDLE]
+    at = 2 * window_seconds()
+    total = sum(expected(p)[RECORDED_SERIES[metric]] for p in chat)
+    run_promtool_test(promtool, tmp_path, [
+        {"interval": f"{STEP}s", "input_series": input_series(pods, at // STEP),
+         "promql_expr_test": [{"expr": query, "eval_time": f"{at}s",
+                               "exp_samples": [{"labels": "{}", "value": total}]}]}])
