@@ -516,7 +516,9 @@ class StorageSpec(ApiModel):
     )
 
 
-AutoscalingMetric = Literal["queueComputeRatio", "pendingRequests", "kvCacheUtilization", "cpu"]
+AutoscalingMetric = Literal[
+    "queueComputeRatio", "pendingRequests", "backendWaitingRequests", "kvCacheUtilization", "cpu"
+]
 
 
 Autoscaler = Literal["HPA", "KEDA"]
@@ -540,10 +542,12 @@ class AutoscalingSpec(ApiModel):
     maxReplicas: int = Field(ge=1, le=1000)
     """Most replicas."""
     metric: AutoscalingMetric = "queueComputeRatio"
-    """queueComputeRatio: Triton queue time / compute time (a Pods metric served by a
-    Prometheus adapter as tritonllm_queue_compute_ratio); pendingRequests:
-    nv_inference_pending_request_count; kvCacheUtilization: used/max KV blocks; cpu: CPU
-    utilization (needs no adapter)."""
+    """queueComputeRatio: Triton queue time / compute time of the tensorrt_llm model;
+    pendingRequests: Triton's nv_inference_pending_request_count (requests queue in Triton only
+    when the backend stops taking them); backendWaitingRequests: requests the TensorRT-LLM
+    backend holds but has not scheduled (nv_trt_llm_request_metrics waiting); kvCacheUtilization:
+    used/max KV-cache blocks; cpu: CPU utilization (needs no adapter). All but cpu are per-pod
+    series of the chart's recording rules (docs/autoscaling.md)."""
     target: str = Field(default="1", pattern=METRIC_VALUE_PATTERN, max_length=32)
     """Target average value per pod for the metric (a quantity; for cpu, a whole percentage
     such as 80)."""
