@@ -16,6 +16,10 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm.cluster.versions`).
   Its web UI is embedded from ``ui/dist/app``, which the module ships as an empty placeholder:
   the binary serves no UI, which the tests never use.
+- The autoscaling tier: prometheus-adapter in a small wrapper module (to name its binary);
+  KEDA's operator and metrics API server in one ``go build`` of a wrapper module that copies
+  KEDA's replace directive (like Argo CD, but under the local toolchain); KEDA's and
+  prometheus-operator's CRDs copied from their module zips (no prometheus-operator binary).
 - The real node: kubelet and kube-proxy join the Kubernetes wrapper build; containerd (its
   ``containerd``, ``containerd-shim-runc-v2`` and ``ctr``, with kind's build tags), CoreDNS, the
   distribution registry and local-path-provisioner are plain ``go install``; the pause binary is
@@ -57,12 +61,17 @@ from tritonllm.cluster.versions import (
     COREDNS,
     ETCD,
     HELM,
+    KEDA,
+    KEDA_CRD_FILES,
     KUBERNETES,
     KWOK,
     LOCAL_PATH,
     LWS,
     LWS_CRD_FILES,
     PAUSE,
+    PROMETHEUS_ADAPTER,
+    PROMETHEUS_OPERATOR_CRD_FILES,
+    PROMETHEUS_OPERATOR_CRDS,
     REGISTRY,
     RUNC,
     Component,
@@ -395,13 +404,18 @@ def _build_lws(component: Component, missing: list[str], log: Path, progress: Pr
             info = _module_info(
                 f"sigs.k8s.io/lws@{component.version}", cwd=Path(tmp), log=log, progress=progress
             )
-        component.bindir.mkdir(parents=True, exist_ok=True)
-        for name in crds:
-            dest = component.path(name)
-            shutil.copyfile(
-                Path(info["Dir"]) / "config" / "crd" / "bases" / name, dest.with_suffix(".tmp")
-            )
-            os.replace(dest.with_suffix(".tmp"), dest)
+        _copy_module_files(component, Path(info["Dir"]) / "config" / "crd" / "bases", crds)
+
+
+def _copy_module_files(component: Component, source: Path, names: Sequence[str]) -> None:
+    """Copy ``names`` from ``source`` (a directory of a module in the module cache) into the
+    component's cache directory, each through a temporary name."""
+    component.bindir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        dest = component.path(name)
+        partial = dest.with_name(name + ".tmp")
+        shutil.copyfile(source / name, partial)
+        os.replace(partial, dest)
 
 
 def _build_pause(component: Component, log: Path, progress: Progress) -> None:
@@ -475,13 +489,20 @@ def module_replaces(gomod: str) -> list[str]:
     return replaces
 
 
-def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
-    module = "github.com/argoproj/argo-cd/v3"
+def _replacing_wrapper(
+    component: Component,
+    module: str,
+    go_version: str,
+    env: dict[str, str],
+    log: Path,
+    progress: Progress,
+) -> tuple[Path, dict[str, str]]:
+    """A wrapper module (in the source cache) requiring ``module`` at the component's version
+    with a copy of its replace directives, which ``go install`` would refuse; returns its
+    directory and the module's download info."""
     src = cache_root() / "src" / component.key
     src.mkdir(parents=True, exist_ok=True)
-    env = go_env()
-    env.update(GOTOOLCHAIN=ARGOCD_GO_TOOLCHAIN, GOFLAGS="-mod=mod")
-    header = "module local.test/argocdbin\n\ngo 1.27.0\n"
+    header = f"module local.test/{component.name}bin\n\ngo {go_version}\n"
     (src / "go.mod").write_text(header)
     (src / "go.sum").unlink(missing_ok=True)
     info = _module_info(
@@ -494,6 +515,74 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
     (src / "go.mod").write_text(
         f"{header}\nrequire {module} {component.version}\n\nreplace (\n{block}\n)\n"
     )
+    return src, info
+
+
+def _build_keda(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    """KEDA's operator and metrics API server, in one ``go build`` so shared packages compile
+    once; its CRDs from the module zip."""
+    module = "github.com/kedacore/keda/v2"
+    env = go_env()
+    env["GOFLAGS"] = "-mod=mod"
+    src, info = _replacing_wrapper(component, module, "1.26.0", env, log, progress)
+    mains = {"keda-operator": f"{module}/cmd/operator", "keda-adapter": f"{module}/cmd/adapter"}
+    wanted = [b for b in mains if b in missing]
+    if wanted:
+        progress(f"  keda {component.version}: resolving modules")
+        _run(
+            [_go(), "get", *(f"{mains[b]}@{component.version}" for b in wanted)],
+            label="go get (keda)",
+            log=log,
+            progress=progress,
+            cwd=src,
+            env=env,
+        )
+        ldflags = f"-s -w -X {module}/version.Version={component.version.removeprefix('v')}"
+        commit = json.loads(Path(info["Info"]).read_text()).get("Origin", {}).get("Hash")
+        if commit:
+            ldflags += f" -X {module}/version.GitCommit={commit}"
+        with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+            progress(f"  keda {component.version}: go build {' '.join(wanted)}")
+            _run(
+                [
+                    _go(),
+                    "build",
+                    "-v",
+                    "-trimpath",
+                    f"-ldflags={ldflags}",
+                    "-o",
+                    tmp + "/",
+                    *(mains[b] for b in wanted),
+                ],
+                label=f"go build keda {component.version}",
+                log=log,
+                progress=progress,
+                cwd=src,
+                env=env,
+            )
+            for binary in wanted:  # go build names them after their package directory
+                os.replace(Path(tmp, mains[binary].rsplit("/", 1)[1]), Path(tmp, binary))
+            _install_outputs(component, Path(tmp))
+    crds = [f for f in KEDA_CRD_FILES if f in missing]
+    _copy_module_files(component, Path(info["Dir"]) / "config" / "crd" / "bases", crds)
+
+
+def _fetch_prometheus_operator_crds(component: Component, log: Path, progress: Progress) -> None:
+    """Only CRDs: prometheus-operator's example CRD manifests from its module zip."""
+    module = f"github.com/prometheus-operator/prometheus-operator@{component.version}"
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "go.mod").write_text("module local.test/promopcrd\n\ngo 1.26\n")
+        info = _module_info(module, cwd=Path(tmp), log=log, progress=progress)
+    source = Path(info["Dir"]) / "example" / "prometheus-operator-crd"
+    _copy_module_files(component, source, [f for f in PROMETHEUS_OPERATOR_CRD_FILES
+                                           if not component.path(f).is_file()])
+
+
+def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    module = "github.com/argoproj/argo-cd/v3"
+    env = go_env()
+    env.update(GOTOOLCHAIN=ARGOCD_GO_TOOLCHAIN, GOFLAGS="-mod=mod")
+    src, info = _replacing_wrapper(component, module, "1.27.0", env, log, progress)
     if "argocd" in missing:
         progress(f"  argocd {component.version}: resolving modules ({ARGOCD_GO_TOOLCHAIN})")
         _run(
@@ -529,11 +618,8 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
                 env=env,
             )
             _install_outputs(component, Path(tmp))
-    component.bindir.mkdir(parents=True, exist_ok=True)
-    for name in (f for f in ARGOCD_CRD_FILES if f in missing):
-        dest = component.path(name)
-        shutil.copyfile(Path(info["Dir"]) / "manifests" / "crds" / name, dest.with_suffix(".tmp"))
-        os.replace(dest.with_suffix(".tmp"), dest)
+    crds = [f for f in ARGOCD_CRD_FILES if f in missing]
+    _copy_module_files(component, Path(info["Dir"]) / "manifests" / "crds", crds)
     for name in (f for f in ARGOCD_SCRIPTS if f in missing):
         dest = component.path(name)
         partial = dest.with_name(name + ".tmp")
@@ -586,6 +672,18 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
             _build_pause(component, log, progress)
         elif component is ARGOCD:
             _build_argocd(component, missing, log, progress)
+        elif component is PROMETHEUS_ADAPTER:
+            _build_in_wrapper(
+                component,
+                "sigs.k8s.io/prometheus-adapter/cmd/adapter",
+                "prometheus-adapter",
+                log,
+                progress,
+            )
+        elif component is KEDA:
+            _build_keda(component, missing, log, progress)
+        elif component is PROMETHEUS_OPERATOR_CRDS:
+            _fetch_prometheus_operator_crds(component, log, progress)
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"no recipe for {component.key}")
         still = component.missing()
