@@ -3,11 +3,11 @@ against the cluster's admin kubeconfig (no pods, no images), like the Argo CD ti
 
 What runs (see docs/local-cluster.md, "Autoscaling tier"):
 
-- ``prometheus`` (Debian's package, our own process and config; Debian's service is never
-  started): discovers pods through the API server (``kubernetes_sd_configs``, role ``pod``) and
-  scrapes those annotated ``prometheus.io/scrape: "true"`` at ``prometheus.io/port`` and
-  ``prometheus.io/path``, labelling their series ``namespace`` and ``pod``; scrapes the operator's
-  metrics endpoints given as ``host:port``; evaluates the caller's recording rules. Every 2 s.
+- ``prometheus`` (built from its Go module with only Kubernetes service discovery): discovers
+  pods through the API server (``kubernetes_sd_configs``, role ``pod``) and scrapes those
+  annotated ``prometheus.io/scrape: "true"`` at ``prometheus.io/port`` and ``prometheus.io/path``,
+  labelling their series ``namespace`` and ``pod``; scrapes the operator's metrics endpoints given
+  as ``host:port``; evaluates the caller's recording rules. Every 2 s.
 - ``prometheus-adapter``: serves ``custom.metrics.k8s.io`` (v1beta1, v1beta2) from Prometheus
   queries, with the caller's adapter rules (``--config``).
 - KEDA's operator (ScaledObjects become HorizontalPodAutoscalers; it scales to and from zero
@@ -48,6 +48,7 @@ from tritonllm.cluster.tier import HostTier, http_ok
 from tritonllm.cluster.versions import (
     KEDA,
     KEDA_CRD_FILES,
+    PROMETHEUS,
     PROMETHEUS_ADAPTER,
     PROMETHEUS_OPERATOR_CRD_FILES,
     PROMETHEUS_OPERATOR_CRDS,
@@ -265,18 +266,11 @@ class AutoscalingStack(HostTier):
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def start(self, timeout: float = 120) -> None:
-        prometheus = shutil.which("prometheus")
-        if not prometheus:
-            raise ClusterError(
-                "prometheus is not on PATH (the autoscaling tier's metrics store): "
-                "apt-get install prometheus (scripts/test's set-up step does)"
-            )
-        build_component(PROMETHEUS_ADAPTER)
-        if self.keda:
-            build_component(KEDA)
+        for component in (PROMETHEUS, PROMETHEUS_ADAPTER, *([KEDA] if self.keda else [])):
+            build_component(component)
         deadline = time.monotonic() + timeout
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._start_prometheus(prometheus, deadline)
+        self._start_prometheus(deadline)
         self._start_prometheus_adapter()
         if self.keda:
             self._start_keda(deadline)
@@ -305,7 +299,7 @@ class AutoscalingStack(HostTier):
                 raise ClusterError(f"autoscaling: {what} not ready (logs in {self.workdir})")
             time.sleep(0.3)
 
-    def _start_prometheus(self, binary: str, deadline: float) -> None:
+    def _start_prometheus(self, deadline: float) -> None:
         rule_files = []
         if self.recording_rules is not None:
             rule_files.append(_yaml_file(self.recording_rules, self.workdir / "rules.yaml"))
@@ -323,7 +317,7 @@ class AutoscalingStack(HostTier):
         self.spawn(
             "prometheus",
             [
-                binary,
+                str(PROMETHEUS.path("prometheus")),
                 f"--config.file={config_file}",
                 f"--storage.tsdb.path={data}",
                 "--storage.tsdb.retention.time=1d",

@@ -16,7 +16,8 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm.cluster.versions`).
   Its web UI is embedded from ``ui/dist/app``, which the module ships as an empty placeholder:
   the binary serves no UI, which the tests never use.
-- The autoscaling tier: prometheus-adapter in a small wrapper module (to name its binary);
+- The autoscaling tier: Prometheus by ``go install`` with only its Kubernetes service discovery
+  (build tags), no web UI assets; prometheus-adapter in a small wrapper module (to name its binary);
   KEDA's operator and metrics API server in one ``go build`` of a wrapper module that copies
   KEDA's replace directive (like Argo CD, but under the local toolchain); KEDA's and
   prometheus-operator's CRDs copied from their module zips (no prometheus-operator binary).
@@ -69,6 +70,7 @@ from tritonllm.cluster.versions import (
     LWS,
     LWS_CRD_FILES,
     PAUSE,
+    PROMETHEUS,
     PROMETHEUS_ADAPTER,
     PROMETHEUS_OPERATOR_CRD_FILES,
     PROMETHEUS_OPERATOR_CRDS,
@@ -96,6 +98,15 @@ KUBERNETES_PACKAGES = {
 #: containerd's build tags, as kind builds it: no storage drivers that need cgo or kernel bits
 #: this machine lacks (btrfs, zfs, devmapper, aufs).
 CONTAINERD_TAGS = "no_aufs,no_zfs,no_btrfs,no_devmapper"
+
+#: Prometheus's build tags: no service discovery but Kubernetes' (its plugins/ files).
+PROMETHEUS_TAGS = "remove_all_sd,enable_kubernetes_sd"
+
+
+def prometheus_release(module_version: str) -> str:
+    """Prometheus's release for its Go module version (``v0.316.0`` is 3.16.0)."""
+    _, minor, patch = module_version.removeprefix("v").split(".")
+    return f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
 
 
 class BuildError(RuntimeError):
@@ -672,6 +683,11 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
             _build_pause(component, log, progress)
         elif component is ARGOCD:
             _build_argocd(component, missing, log, progress)
+        elif component is PROMETHEUS:
+            release = prometheus_release(component.version)
+            ldflags = f"-s -w -X github.com/prometheus/common/version.Version={release}"
+            _go_install(component, "github.com/prometheus/prometheus/cmd/prometheus", log,
+                        progress, ldflags=ldflags, tags=PROMETHEUS_TAGS)
         elif component is PROMETHEUS_ADAPTER:
             _build_in_wrapper(
                 component,

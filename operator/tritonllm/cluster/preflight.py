@@ -12,8 +12,6 @@ tritonllm.cluster.preflight`` works on a bare checkout). Each need belongs to a 
 ``images``            buildah, mmdebstrap, busybox-static (the real node's images), skopeo
 ``mpi``               sshd, ssh-keygen, mpirun (the triton tier and the multi-node tests)
 ``argocd``            redis-server (Argo CD's cache)
-``autoscaling``       prometheus (the autoscaling tier's metrics store; Debian's service is
-                      never started: the tier runs its own process)
 ====================  ==========================================================================
 
 What Debian ships is installed with ``apt-get`` when missing (printed first); what cannot be
@@ -39,7 +37,7 @@ from pathlib import Path
 from tritonllm.cluster.host import CGROUP_FS, CNI_BIN_DIR, CNI_PLUGINS, NEEDED_CONTROLLERS
 from tritonllm.cluster.versions import cache_root
 
-TIERS = ("base", "real-node", "images", "mpi", "argocd", "autoscaling")
+TIERS = ("base", "real-node", "images", "mpi", "argocd")
 #: What each README command needs.
 DEMO_TIERS = ("base", "real-node", "images")
 TEST_TIERS = TIERS
@@ -113,8 +111,6 @@ NEEDS: tuple[Need, ...] = (
     Need("mpi", "ssh-keygen", _on_path("ssh-keygen"), "openssh-client"),
     Need("mpi", "mpirun (Open MPI)", _on_path("mpirun"), "openmpi-bin"),
     Need("argocd", "redis-server (Argo CD's cache)", _on_path("redis-server"), "redis-server"),
-    Need("autoscaling", "prometheus (the autoscaling tier's metrics store)",
-         _on_path("prometheus"), "prometheus"),
 )
 
 

@@ -31,8 +31,12 @@ Autoscaling (the autoscaling tier: processes on the host against the cluster, li
 - prometheus-operator v0.89.0: only its CRDs (PodMonitor, ServiceMonitor, PrometheusRule from
   ``example/prometheus-operator-crd/``), so that charts that render them can be installed; no
   operator runs. v0.89.0 is the newest the proxy serves (v0.90.0 and v0.89.1 are refused).
-- Prometheus itself is Debian's ``prometheus`` package (2.42), not built here: the Go module
-  ships no web assets and Debian's binary is enough for scraping, rules and the query API.
+- Prometheus v3.16.0 (Go module ``github.com/prometheus/prometheus`` v0.316.0, how the project
+  publishes 3.x): built with only Kubernetes service discovery (``-tags
+  remove_all_sd,enable_kubernetes_sd``), which keeps the build small. Debian's ``prometheus``
+  2.42 cannot be used: Debian builds it without Kubernetes service discovery
+  (``kubernetes_sd_configs`` is an unknown field there). The module ships no web UI assets, so
+  the binary serves the API (queries, targets, reload) and no UI.
 
 The real node (kubelet and kube-proxy come from the Kubernetes build above):
 - containerd v2.4.2: newest 2.x on the module proxy; Debian's 1.6 is end of life and lacks the
@@ -68,6 +72,8 @@ ARGOCD_VERSION = "v3.6.1"
 #: Argo CD v3.6's go.mod needs Go >= 1.27.0; newest 1.27 patch on the module proxy.
 ARGOCD_GO_TOOLCHAIN = "go1.27.4"
 
+#: Prometheus 3.16.0 (the module's v0.3xx versions are Prometheus 3.x).
+PROMETHEUS_VERSION = "v0.316.0"
 PROMETHEUS_ADAPTER_VERSION = "v0.12.0"
 KEDA_VERSION = "v2.21.0"
 PROMETHEUS_OPERATOR_VERSION = "v0.89.0"
@@ -166,6 +172,7 @@ RUNC = Component("runc", RUNC_VERSION, ("runc",))
 ARGOCD = Component(
     "argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES + ARGOCD_SCRIPTS
 )
+PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus",))
 PROMETHEUS_ADAPTER = Component(
     "prometheus-adapter", PROMETHEUS_ADAPTER_VERSION, ("prometheus-adapter",)
 )
@@ -181,6 +188,8 @@ CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
 REAL_NODE: tuple[Component, ...] = (CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
 #: What the GitOps tier adds (Argo CD's processes run on the host against the cluster).
 GITOPS: tuple[Component, ...] = (ARGOCD,)
-#: What the autoscaling tier adds (metrics APIs on the host; Prometheus comes from Debian).
-AUTOSCALING: tuple[Component, ...] = (PROMETHEUS_ADAPTER, KEDA, PROMETHEUS_OPERATOR_CRDS)
+#: What the autoscaling tier adds (Prometheus and the metrics APIs, on the host).
+AUTOSCALING: tuple[Component, ...] = (
+    PROMETHEUS, PROMETHEUS_ADAPTER, KEDA, PROMETHEUS_OPERATOR_CRDS
+)
 COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE + GITOPS + AUTOSCALING
