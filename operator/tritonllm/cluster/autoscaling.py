@@ -284,11 +284,11 @@ class AutoscalingStack(HostTier):
     def stop(self) -> list[int]:
         """Unregister the metrics APIs (so the API server does not keep calling a stopped
         server), then stop every process."""
-        if self.procs and self.cluster.is_running():
+        if self.procs:  # (fails at once, unchecked, when the cluster is gone already)
             self.cluster.kubectl(
                 "delete", "apiservice", "v1beta1.custom.metrics.k8s.io",
                 "v1beta2.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io",
-                "--ignore-not-found", "--wait=false", check=False,
+                "--ignore-not-found", "--wait=false", check=False, timeout=30,
             )
         return super().stop()
 
@@ -389,6 +389,10 @@ class AutoscalingStack(HostTier):
                             [f"{KEDA_SERVICE}.{KEDA_NAMESPACE}.svc", "localhost", LOOPBACK],
                             client=True)
         shutil.copyfile(self.cluster.pki.ca_crt, certs / "ca.crt")
+        # CAs its scalers trust besides the system's (rather than its default /custom/ca)
+        cas = self.workdir / "keda-ca"
+        cas.mkdir(exist_ok=True)
+        shutil.copyfile(self.cluster.pki.ca_crt, cas / "ca.crt")
         env = {
             "KUBECONFIG": str(self.cluster.kubeconfig),
             "WATCH_NAMESPACE": "",  # every namespace
@@ -404,7 +408,7 @@ class AutoscalingStack(HostTier):
                 f"--health-probe-bind-address=127.0.0.1:{self.keda_probe_port}",
                 f"--metrics-service-bind-address=127.0.0.1:{self.keda_grpc_port}",
                 f"--cert-dir={certs}",
-                f"--ca-dir={certs}",
+                f"--ca-dir={cas}",
                 "--enable-cert-rotation=false",
                 "--leader-elect=false",
                 "--zap-log-level=info",
