@@ -74,7 +74,7 @@ class SimulatedExporter:
         lines = []
         for (name, labels), value in sorted(self.series.items()):
             text = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines.append(f"{name}{{{text}}} {value}")
+            lines.append(f"{name}{{{text}}} {value}" if text else f"{name} {value}")
         return "\n".join(lines) + "\n"
 
 
@@ -86,8 +86,20 @@ def exporter() -> Iterator[SimulatedExporter]:
 
 
 @pytest.fixture(scope="module")
+def operator_endpoint() -> Iterator[SimulatedExporter]:
+    """Stands in for the operator's metrics endpoint (its own series, none of the pods')."""
+    instance = SimulatedExporter()
+    instance.set("tritonllm_test_operator_up", {}, 1)
+    yield instance
+    instance.server.shutdown()
+
+
+@pytest.fixture(scope="module")
 def stack(
-    cluster: LocalCluster, exporter: SimulatedExporter, tmp_path_factory: pytest.TempPathFactory
+    cluster: LocalCluster,
+    exporter: SimulatedExporter,
+    operator_endpoint: SimulatedExporter,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AutoscalingStack]:
     simulated = {
         "job_name": "simulated-pods",
@@ -98,7 +110,7 @@ def stack(
         cluster,
         tmp_path_factory.mktemp("autoscaling"),
         recording_rules=RULES,
-        operator_metrics=[exporter.address],  # stands in for the operator's metrics endpoint
+        operator_metrics=[operator_endpoint.address],
         extra_scrape_configs=[simulated],
     ) as instance:
         yield instance
@@ -254,6 +266,7 @@ def test_keda_scales_from_zero_on_activation_and_back_to_zero(
 
     exporter.set(DEMAND, {"namespace": namespace}, 0)
     wait_for(lambda: replicas(cluster, namespace, "worker") == 0, 60, what="back to zero")
+    stack.check_alive()  # every process of the tier still runs
 
 
 def test_prometheus_operator_crds_accept_monitors(cluster: LocalCluster, namespace: str) -> None:

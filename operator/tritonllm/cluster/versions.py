@@ -78,12 +78,16 @@ PROMETHEUS_ADAPTER_VERSION = "v0.12.0"
 KEDA_VERSION = "v2.21.0"
 PROMETHEUS_OPERATOR_VERSION = "v0.89.0"
 
-#: KEDA's CRDs (``config/crd/bases/`` of its module) that the autoscaling tier installs.
+#: KEDA's CRDs (``config/crd/bases/`` of its module) that the autoscaling tier installs. Its
+#: operator also watches (Cluster)CloudEventSources: without their CRDs its manager gives up
+#: after the cache sync timeout (2 min).
 KEDA_CRD_FILES = (
     "keda.sh_scaledobjects.yaml",
     "keda.sh_scaledjobs.yaml",
     "keda.sh_triggerauthentications.yaml",
     "keda.sh_clustertriggerauthentications.yaml",
+    "eventing.keda.sh_cloudeventsources.yaml",
+    "eventing.keda.sh_clustercloudeventsources.yaml",
 )
 #: prometheus-operator's CRDs (``example/prometheus-operator-crd/`` of its module).
 PROMETHEUS_OPERATOR_CRD_FILES = (
