@@ -529,6 +529,37 @@ def _replacing_wrapper(
     return src, info
 
 
+def _go_build(
+    component: Component,
+    packages: Sequence[str],
+    output: str,
+    *,
+    src: Path,
+    env: dict[str, str],
+    ldflags: str,
+    log: Path,
+    progress: Progress,
+    renames: dict[str, str] | None = None,
+) -> None:
+    """``go build`` ``packages`` in the wrapper module ``src`` into the component's cache, as the
+    file ``output`` (one package) or under their own names (``output`` empty), then ``renames``
+    (built name -> cached name)."""
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        progress(f"  {component.name} {component.version}: go build {' '.join(packages)}")
+        _run(
+            [_go(), "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o",
+             f"{tmp}/{output}", *packages],
+            label=f"go build {component.name} {component.version}",
+            log=log,
+            progress=progress,
+            cwd=src,
+            env=env,
+        )
+        for built, name in (renames or {}).items():
+            os.replace(Path(tmp, built), Path(tmp, name))
+        _install_outputs(component, Path(tmp))
+
+
 def _build_keda(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
     """KEDA's operator and metrics API server, in one ``go build`` so shared packages compile
     once; its CRDs from the module zip."""
@@ -552,28 +583,9 @@ def _build_keda(component: Component, missing: list[str], log: Path, progress: P
         commit = json.loads(Path(info["Info"]).read_text()).get("Origin", {}).get("Hash")
         if commit:
             ldflags += f" -X {module}/version.GitCommit={commit}"
-        with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
-            progress(f"  keda {component.version}: go build {' '.join(wanted)}")
-            _run(
-                [
-                    _go(),
-                    "build",
-                    "-v",
-                    "-trimpath",
-                    f"-ldflags={ldflags}",
-                    "-o",
-                    tmp + "/",
-                    *(mains[b] for b in wanted),
-                ],
-                label=f"go build keda {component.version}",
-                log=log,
-                progress=progress,
-                cwd=src,
-                env=env,
-            )
-            for binary in wanted:  # go build names them after their package directory
-                os.replace(Path(tmp, mains[binary].rsplit("/", 1)[1]), Path(tmp, binary))
-            _install_outputs(component, Path(tmp))
+        renames = {mains[b].rsplit("/", 1)[1]: b for b in wanted}  # named after their dirs
+        _go_build(component, [mains[b] for b in wanted], "", src=src, env=env, ldflags=ldflags,
+                  log=log, progress=progress, renames=renames)
     crds = [f for f in KEDA_CRD_FILES if f in missing]
     _copy_module_files(component, Path(info["Dir"]) / "config" / "crd" / "bases", crds)
 
@@ -609,26 +621,8 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
             f"-s -w -X {pkg}.version={component.version.removeprefix('v')}"
             f" -X {pkg}.buildDate={_info_time(info)} -X {pkg}.gitTreeState=clean"
         )
-        with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
-            progress(f"  argocd {component.version}: go build {module}/cmd")
-            _run(
-                [
-                    _go(),
-                    "build",
-                    "-v",
-                    "-trimpath",
-                    f"-ldflags={ldflags}",
-                    "-o",
-                    f"{tmp}/argocd",
-                    f"{module}/cmd",
-                ],
-                label=f"go build argocd {component.version}",
-                log=log,
-                progress=progress,
-                cwd=src,
-                env=env,
-            )
-            _install_outputs(component, Path(tmp))
+        _go_build(component, [f"{module}/cmd"], "argocd", src=src, env=env, ldflags=ldflags,
+                  log=log, progress=progress)
     crds = [f for f in ARGOCD_CRD_FILES if f in missing]
     _copy_module_files(component, Path(info["Dir"]) / "manifests" / "crds", crds)
     for name in (f for f in ARGOCD_SCRIPTS if f in missing):
