@@ -147,6 +147,25 @@ INVALID: list[Invalid] = [
         "autoscaling.minReplicas",
         says="must not exceed",
     ),
+    Invalid(
+        "scale-to-zero-with-hpa",
+        cr({"autoscaling": {"minReplicas": 0, "maxReplicas": 2}}),
+        "autoscaling.minReplicas",
+        says="needs autoscaler: KEDA",
+    ),
+    Invalid(
+        "keda-on-cpu",
+        cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 2, "metric": "cpu",
+                            "target": "80"}}),
+        "autoscaling.metric",
+        says="HPA only",
+    ),
+    Invalid(
+        "keda-prometheus-url-not-http",
+        cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 2,
+                            "prometheusUrl": "prometheus:9090"}}),
+        "autoscaling.prometheusUrl",
+    ),
     Invalid("negative-replicas", cr({"serving": {"replicas": -1}}), "serving.replicas"),
     Invalid("unknown-field", cr({"engine": {"tensorParallel": 2}}), "engine.tensorParallel"),
     Invalid(
@@ -436,6 +455,78 @@ INVALID: list[Invalid] = [
         "spec.engine.quantization.format",
         admission=False,
         says="Blackwell",
+    ),
+    # What a version's build tools lack (tritonllm.api.toolflags, from the upstream tables).
+    Invalid(
+        "gemma-with-pipeline-parallelism",
+        cr(
+            {
+                "model": {"source": "hf://google/gemma-7b", "architecture": "gemma"},
+                "engine": {"parallelism": {"tensor": 2, "pipeline": 2}},
+                "gpu": {"perNode": 4},
+            }
+        ),
+        "spec.engine.parallelism.pipeline",
+        admission=False,
+        says="gemma/convert_checkpoint.py of TensorRT-LLM 0.13.0",
+    ),
+    Invalid(
+        "phi-tensor-parallel-on-0.10",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.06-trtllm-python-py3",
+                "model": {"source": "hf://microsoft/phi-3-mini", "architecture": "phi3"},
+                "engine": {"parallelism": {"tensor": 2}},
+                "gpu": {"perNode": 2},
+            }
+        ),
+        "spec.engine.parallelism",
+        admission=False,
+        says="TensorRT-LLM 0.10.0 has no tensor or pipeline parallelism options",
+    ),
+    Invalid(
+        "fp8-kv-cache-with-the-gpt-converter",
+        cr(
+            {
+                "model": {"architecture": "gpt2", "source": "hf://openai-community/gpt2"},
+                "engine": {"quantization": {"kvCacheDtype": "fp8"}},
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            }
+        ),
+        "spec.engine.quantization.kvCacheDtype",
+        admission=False,
+        says="has no --fp8_kv_cache",
+    ),
+    Invalid(
+        "architecture-auto-that-no-converter-of-0.9-can-convert",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+                "engine": {
+                    "parallelism": {"tensor": 1, "pipeline": 2},
+                    "quantization": {"kvCacheDtype": "fp8"},
+                },
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "perNode": 2},
+            }
+        ),
+        "spec.engine.quantization.kvCacheDtype",
+        admission=False,
+        says="llama/convert_checkpoint.py of TensorRT-LLM 0.9.0 has no --fp8_kv_cache",
+    ),
+    Invalid(
+        "calibration-dataset-on-0.9",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+                "engine": {
+                    "quantization": {"format": "int4_awq", "calibrationDataset": "cnn_dailymail"}
+                },
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            }
+        ),
+        "spec.engine.quantization.calibrationDataset",
+        admission=False,
+        says="TensorRT-LLM 0.9.0 has no --calib_dataset",
     ),
     Invalid(
         "version-contradicts-image-tag",

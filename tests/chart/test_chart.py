@@ -163,15 +163,17 @@ OPERATOR_VERBS = {
     "tritonllmengines": {"list", "watch", "create", "patch", "delete"},
     "tritonllmengines/status": {"patch"},
     "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
-    "services": {"get", "list", "watch", "create", "patch"},
+    "services": {"get", "list", "watch", "create", "patch", "delete"},
     "jobs": {"get", "list", "watch", "create", "patch", "delete"},
-    "deployments": {"get", "list", "watch", "create", "patch"},
+    "deployments": {"get", "list", "watch", "create", "patch", "delete"},
     "leaderworkersets": {"get", "list", "watch", "create", "patch"},
     "deployments/scale": {"patch"},
     "leaderworkersets/scale": {"patch"},
     "horizontalpodautoscalers": {"get", "list", "watch", "create", "patch", "delete"},
     "poddisruptionbudgets": {"get", "list", "watch", "create", "patch", "delete"},
     "networkpolicies": {"get", "list", "watch", "create", "patch", "delete"},
+    "scaledobjects": {"get", "list", "watch", "create", "patch", "delete"},
+    "podmonitors": {"get", "list", "watch", "create", "patch", "delete"},
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
     "secrets": {"get", "create"},
     "pods": {"list"},
@@ -256,7 +258,7 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
         assert can("patch", "services") and can("create", "networkpolicies")
         assert not can("patch", "secrets") and not can("delete", "persistentvolumeclaims")
         assert can("get", "secrets") and not can("list", "secrets") and not can("watch", "secrets")
-        assert not can("delete", "services") and not can("create", "pods/exec")
+        assert not can("delete", "leaderworkersets") and not can("create", "pods/exec")
         assert not can("get", "secrets", "kube-system") and not can("list", "configmaps", None)
         token = cluster.kubectl("create", "token", f"{release}-tritonllm", "-n", namespace,
                                 "--duration=1h").stdout.strip()

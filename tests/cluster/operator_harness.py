@@ -95,6 +95,7 @@ def run_operator(
     kubeconfig: Path | None = None,
     tools_image: str = "registry.invalid/tritonllm:test",
     log_level: str = "INFO",
+    env: dict[str, str] | None = None,
 ) -> Iterator[Operator]:
     """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
     on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
@@ -123,7 +124,7 @@ def run_operator(
         "--tools-image",
         tools_image,
     ]
-    env = {**os.environ, "TRITONLLM_PEERING": peering or ""}
+    env = {**os.environ, **(env or {}), "TRITONLLM_PEERING": peering or ""}
     if not peering:
         args.append("--standalone")
     with log.open("wb") as out:

@@ -13,6 +13,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
 from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
+from tritonllm.plan.gc import optional_refs
 from tritonllm.plan.reconcile import (
     FINALIZER,
     MAX_BUILD_ATTEMPTS,
@@ -24,7 +25,7 @@ from tritonllm.plan.reconcile import (
     plan_invalid,
     unschedulable_message,
 )
-from tritonllm.render import naming, render_all
+from tritonllm.render import RenderOptions, naming, render_all
 
 T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 UID = "uid-1"
@@ -51,9 +52,7 @@ class World:
         if engine is not None and self.engine_status is not None:
             engine = {**engine, "status": self.engine_status}
         # as tritonllm.handlers.observe reads them: what is rendered, and what should go
-        name = self.body["metadata"]["name"]
-        refs = {o.ref for o in r.objects} | {
-            (k, name) for k in ("HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy")}
+        refs = {o.ref for o in r.objects} | {(k, n) for _, k, n in optional_refs(self.dep())}
         live = {
             k: v
             for k, v in self.objects.items()
@@ -82,15 +81,18 @@ class World:
             repo_revisions=revisions,
             secret_present=self.obs.get("secret_present"),
             gpu_nodes=self.obs.get("gpu_nodes"),
+            gpu_capacity=self.obs.get("gpu_capacity"),
+            keda_served=self.obs.get("keda_served", True),
             mpi_secret_present=self.obs.get("mpi_secret_present"),
             unschedulable=self.obs.get("unschedulable"),
             pods_refused=self.obs.get("pods_refused"),
         )
 
-    def step(self) -> Plan:
+    def step(self, opts: RenderOptions | None = None) -> Plan:
         dep = self.dep()
         r = render_all(
-            dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": UID})})
+            dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": UID})}),
+            opts,
         )
         p = plan(self.body, dep, r, self.observe(r))
         for obj in p.apply:

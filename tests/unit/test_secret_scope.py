@@ -29,7 +29,8 @@ SELECTOR = "app.kubernetes.io/managed-by=tritonllm"
 OURS = [("batch", "v1", "jobs"), ("", "v1", "configmaps"), ("", "v1", "services"),
         ("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
         ("autoscaling", "v2", "horizontalpodautoscalers"), ("policy", "v1", "poddisruptionbudgets"),
-        ("networking.k8s.io", "v1", "networkpolicies")]
+        ("networking.k8s.io", "v1", "networkpolicies"), ("keda.sh", "v1alpha1", "scaledobjects"),
+        ("monitoring.coreos.com", "v1", "podmonitors")]
 
 
 def test_no_secret_is_indexed_or_watched() -> None:

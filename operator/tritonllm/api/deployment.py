@@ -18,6 +18,7 @@ from . import constants as c
 from .spec import (
     DNS_LABEL_PATTERN,
     IMAGE_PATTERN,
+    MODELOPT_FORMATS,
     QUANTITY_PATTERN,
     SOURCE_PATTERN,
     VERSION_PATTERN,
@@ -25,6 +26,13 @@ from .spec import (
     rule_violations,
 )
 from .status import TritonLLMDeploymentStatus
+from .toolflags import (
+    ARCHITECTURE_DIRS,
+    CALIB_DATASET_SINCE,
+    CONVERTERS,
+    QUANTIZE_FORMAT_SINCE,
+    converter_problems,
+)
 from .versions import (
     LLMAPI_SINCE,
     NEWEST_ENGINE_PATH,
@@ -244,14 +252,8 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     f"the image has {version}: use runtime engine or a newer image",
                 )
             )
-        fmt = spec.engine.quantization.format
-        if fmt == "nvfp4" and version < TrtllmVersion("0.17.0"):
-            errors.append(
-                FieldError(
-                    "spec.engine.quantization.format",
-                    f"nvfp4 needs TensorRT-LLM >= 0.17 (the image has {version})",
-                )
-            )
+        if spec.runtime == "engine":
+            errors += _tool_errors(spec, version)
     if spec.runtime == "llmapi" and spec.world_size > spec.gpu.perNode:
         errors.append(
             FieldError(
@@ -274,6 +276,50 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     "podTemplate.resources.memory",
                 )
             )
+    return errors
+
+
+def _tool_errors(spec: TritonLLMDeploymentSpec, version: TrtllmVersion) -> list[FieldError]:
+    """What the build tools of `version` cannot do for this spec (tritonllm.api.toolflags, read
+    off the upstream option tables): a quantize.py format or option, or a converter flag."""
+    q = spec.engine.quantization
+    errors: list[FieldError] = []
+    if q.format in MODELOPT_FORMATS:
+        since = QUANTIZE_FORMAT_SINCE[q.format]
+        if version < since:
+            errors.append(
+                FieldError(
+                    "spec.engine.quantization.format",
+                    f"{q.format} needs TensorRT-LLM >= {since} (quantize.py of the image's "
+                    f"{version} has no --qformat {q.format})",
+                )
+            )
+        if q.calibrationDataset and version < CALIB_DATASET_SINCE:
+            errors.append(
+                FieldError(
+                    "spec.engine.quantization.calibrationDataset",
+                    f"quantize.py of TensorRT-LLM {version} has no --calib_dataset (it exists "
+                    f"since {CALIB_DATASET_SINCE}); remove it to use the tool's default dataset",
+                )
+            )
+        return errors
+    arch = spec.model.architecture
+    # auto: the converter is known only at build time, which refuses there; here only when
+    # no converter at all could do it.
+    dirs = sorted(set(ARCHITECTURE_DIRS.values())) if arch == "auto" else [ARCHITECTURE_DIRS[arch]]
+    found = {
+        d: converter_problems(
+            CONVERTERS[d],
+            version,
+            tp=spec.engine.parallelism.tensor,
+            pp=spec.engine.parallelism.pipeline,
+            weight_only=q.format in ("int8_wo", "int4_wo"),
+            kv=q.kvCacheDtype,
+        )
+        for d in dirs
+    }
+    if all(found.values()):
+        errors += [FieldError(field, why) for problems in found.values() for field, why in problems]
     return errors
 
 

@@ -80,6 +80,8 @@ SECRET_MISSING: Final = "SecretMissing"
 """True: the Secret of spec.model.credentials (or its key) is missing."""
 NO_MATCHING_NODES: Final = "NoMatchingNodes"
 """True: no node carries spec.gpu.product."""
+AUTOSCALER_MISSING: Final = "AutoscalerMissing"
+"""True: autoscaler KEDA is asked for but the cluster has no KEDA, or no Prometheus URL is set."""
 NAME_CONFLICT: Final = "NameConflict"
 """True: an object the deployment needs exists and was not created by it (the object is named);
 the operator neither adopts, changes nor deletes it, and writes nothing else."""
@@ -110,4 +112,4 @@ POD_STALLS: Final = (UNSCHEDULABLE, IMAGE_PULL_FAILED, POD_NOT_STARTING, QUOTA_E
                      ADMISSION_REFUSED)
 
 # Degraded=True reasons that block every step (Progressing=False with the same reason).
-PREREQUISITES: Final = (STORE_MISSING, SECRET_MISSING, NO_MATCHING_NODES)
+PREREQUISITES: Final = (STORE_MISSING, SECRET_MISSING, NO_MATCHING_NODES, AUTOSCALER_MISSING)

@@ -35,6 +35,12 @@ class OperatorSettings(BaseModel):
     """Every object is reconciled this often (a safety net; the steady state writes nothing)."""
     tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
     """Image carrying tritonllm (copied into Triton pods; runs the repository Jobs)."""
+    prometheus_url: str | None = None
+    """Prometheus that KEDA's triggers query for deployments whose autoscaling.prometheusUrl is
+    unset (such as http://prometheus.monitoring:9090)."""
+    activator_image: str = "docker.io/library/haproxy:3.2"
+    """HAProxy image of the activator that holds requests while a scaled-to-zero deployment
+    starts (autoscaling.minReplicas 0)."""
     check_gpu_nodes: bool = True
     """Report NoMatchingNodes when no node carries spec.gpu.product (needs list on nodes)."""
     api_timeout_seconds: float = Field(default=60.0, gt=0)

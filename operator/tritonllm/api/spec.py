@@ -270,7 +270,10 @@ class Quantization(ApiModel):
     awqBlockSize: Literal[64, 128] = 128
     """Group size for AWQ formats (quantize.py --awq_block_size)."""
     kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
-    """KV-cache quantization; none keeps the model dtype."""
+    """KV-cache quantization; none keeps the model dtype. With format none, int8_wo or int4_wo
+    the model's convert_checkpoint.py does it, and not every one can (fp8: llama since 0.12;
+    int8: gpt, llama, qwen, and gemma from 0.13; neither for phi and falcon): the operator refuses
+    what the image's version lacks. The ModelOpt formats quantize the KV cache in any version."""
     calibrationSize: int = Field(default=512, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
     calibrationDataset: DatasetPath | None = None
@@ -516,11 +519,24 @@ class StorageSpec(ApiModel):
 AutoscalingMetric = Literal["queueComputeRatio", "pendingRequests", "kvCacheUtilization", "cpu"]
 
 
-class AutoscalingSpec(ApiModel):
-    """A HorizontalPodAutoscaler on the serving workload (through the scale subresource)."""
+Autoscaler = Literal["HPA", "KEDA"]
+METRIC_VALUE_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
 
-    minReplicas: int = Field(default=1, ge=1, le=1000)
-    """Fewest replicas."""
+
+class AutoscalingSpec(ApiModel):
+    """Autoscaling of the serving workload through its scale subresource (a multi-node group
+    scales as a unit): a HorizontalPodAutoscaler on metrics served by prometheus-adapter, or a
+    KEDA ScaledObject with a Prometheus trigger, which can also scale to zero. docs/autoscaling.md
+    says which signal suits which workload."""
+
+    autoscaler: Autoscaler = "HPA"
+    """HPA: a HorizontalPodAutoscaler reading Pods metrics from custom.metrics.k8s.io (the
+    chart's prometheus-adapter rules), or CPU. KEDA: a ScaledObject with a Prometheus trigger
+    (KEDA creates and owns the HPA, named keda-hpa-NAME); the only choice that can scale to
+    zero."""
+    minReplicas: int = Field(default=1, ge=0, le=1000)
+    """Fewest replicas; 0 (KEDA only) scales to zero when idle and puts an activator (HAProxy)
+    in front of the serving pods that holds requests while the first replica starts."""
     maxReplicas: int = Field(ge=1, le=1000)
     """Most replicas."""
     metric: AutoscalingMetric = "queueComputeRatio"
@@ -528,11 +544,43 @@ class AutoscalingSpec(ApiModel):
     Prometheus adapter as tritonllm_queue_compute_ratio); pendingRequests:
     nv_inference_pending_request_count; kvCacheUtilization: used/max KV blocks; cpu: CPU
     utilization (needs no adapter)."""
-    target: str = Field(default="1", pattern=r"^[0-9]+(\.[0-9]+)?m?$", max_length=32)
+    target: str = Field(default="1", pattern=METRIC_VALUE_PATTERN, max_length=32)
     """Target average value per pod for the metric (a quantity; for cpu, a whole percentage
     such as 80)."""
+    activationTarget: str = Field(default="0", pattern=METRIC_VALUE_PATTERN, max_length=32)
+    """KEDA: the deployment is active (scaled from zero) while requests held by the activator
+    plus the metric exceed this value."""
+    scaleUpWindowSeconds: int = Field(default=60, ge=0, le=3600)
+    """Stabilisation window for scaling up (the highest recommendation over it is used)."""
+    scaleDownWindowSeconds: int = Field(default=600, ge=0, le=3600)
+    """Stabilisation window for scaling down: replicas are removed only after the metric has
+    stayed low this long (GPU replicas are slow to bring back)."""
+    pollingIntervalSeconds: int = Field(default=15, ge=1, le=3600)
+    """KEDA: how often it queries Prometheus (also how fast it notices the first request at
+    zero)."""
+    cooldownSeconds: int = Field(default=300, ge=0, le=86400)
+    """KEDA: idle time before scaling from 1 to 0."""
+    prometheusUrl: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048
+    )
+    """KEDA: the Prometheus that scrapes the serving pods (such as
+    http://prometheus.monitoring:9090); defaults to the operator's TRITONLLM_PROMETHEUS_URL."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.minReplicas >= 1 || self.autoscaler == 'KEDA'",
+            message="autoscaling.minReplicas 0 (scale to zero) needs autoscaler: KEDA; an HPA "
+            "keeps at least one replica",
+            check=lambda s: s.minReplicas >= 1 or s.autoscaler == "KEDA",
+            field="minReplicas",
+        ),
+        Rule(
+            cel="self.metric != 'cpu' || self.autoscaler == 'HPA'",
+            message="autoscaling.metric cpu works with autoscaler: HPA only; with KEDA pick a "
+            "Triton metric (pendingRequests, queueComputeRatio, kvCacheUtilization)",
+            check=lambda s: s.metric != "cpu" or s.autoscaler == "HPA",
+            field="metric",
+        ),
         Rule(
             cel="self.metric != 'cpu' || self.target.matches('^[1-9][0-9]{0,3}$')",
             message="autoscaling.target for metric cpu is a utilization percentage: a whole "

@@ -56,6 +56,27 @@ class RepositoryStatus(ApiModel):
     """The model-store claim it was written to."""
 
 
+class ScalingStatus(ApiModel):
+    """What the autoscaler asks for and what the GPU nodes can give (spec.autoscaling set)."""
+
+    autoscaler: str
+    """HPA or KEDA (the object that owns the replica count)."""
+    desired: int
+    """Replicas the autoscaler asks for (the workload's spec.replicas)."""
+    ready: int
+    """Replicas that passed their readiness probe."""
+    capacity: int | None = None
+    """Replicas (groups of nodes x gpu.perNode GPUs) the schedulable nodes labelled with
+    spec.gpu.product can hold when nothing else runs on them; unset when the operator does not
+    watch nodes."""
+    possibleNow: int | None = None
+    """How many more replicas than desired those nodes can hold now (capacity - desired, 0 when
+    the scheduler reports a serving pod it cannot place: other workloads use the GPUs)."""
+    limitedBy: str | None = None
+    """Why the desired count is not, or cannot be, reached: maxReplicas above capacity, or the
+    scheduler's message for a Pending serving pod."""
+
+
 class TritonLLMDeploymentStatus(ApiModel):
     """Observed state of a TritonLLMDeployment."""
 
@@ -85,6 +106,8 @@ class TritonLLMDeploymentStatus(ApiModel):
     """Short reason of the current state (the reason of Degraded, Progressing or Available)."""
     parallelism: str | None = None
     """tp x pp, for `kubectl get`."""
+    scaling: ScalingStatus | None = None
+    """Autoscaling: desired and ready replicas, GPU capacity, and what limits scaling up."""
     mpiSecretUid: str | None = None
     """Multi node: UID of the MPI SSH key Secret the operator created (only that one is used)."""
     buildObjectUids: list[str] | None = None

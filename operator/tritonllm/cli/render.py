@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="image carrying tritonllm's in-pod entry points (the operator image)",
     )
     p.add_argument("--namespace", help="namespace for CRs that do not set one")
+    p.add_argument("--prometheus-url", default=os.environ.get("TRITONLLM_PROMETHEUS_URL"),
+                   help="the operator's TRITONLLM_PROMETHEUS_URL, read from the environment "
+                   "by default (KEDA triggers of CRs without spec.autoscaling.prometheusUrl)")
+    p.add_argument("--activator-image", default=RenderOptions.activator_image,
+                   help="HAProxy image of the scale-to-zero activator")
+    p.add_argument("--pod-monitors", action="store_true",
+                   help="render PodMonitors, as the operator does where the cluster has the "
+                   "Prometheus operator's CRDs")
     p.set_defaults(func=run)
 
 
 def _read(filename: str) -> str:
     return sys.stdin.read() if filename == "-" else Path(filename).read_text()
+
+
+def no_prometheus(rendered: Rendered) -> str | None:
+    """A warning for a KEDA ScaledObject whose Prometheus is unknown here (the operator fills
+    it from its TRITONLLM_PROMETHEUS_URL, and refuses the deployment when that is unset too)."""
+    scaled = rendered.scaled_object
+    if scaled is None or scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]:
+        return None
+    return (f"{rendered.namespace}/{rendered.name}: spec.autoscaling.prometheusUrl is unset: "
+            "the ScaledObject's serverAddress is left empty here; the operator fills it from "
+            "its TRITONLLM_PROMETHEUS_URL (pass --prometheus-url to render it the same way)")
 
 
 def render_documents(
@@ -118,13 +138,15 @@ def run(args: argparse.Namespace) -> int:
     if not docs:
         print(f"error: {args.filename} holds no document", file=sys.stderr)
         return EXIT_INVALID
-    results, errors = render_documents(
-        docs, RenderOptions(tools_image=args.tools_image), args.namespace
-    )
+    opts = RenderOptions(tools_image=args.tools_image, prometheus_url=args.prometheus_url,
+                         activator_image=args.activator_image, pod_monitors=args.pod_monitors)
+    results, errors = render_documents(docs, opts, args.namespace)
     if errors:
         for line in errors:
             print(f"error: {args.filename}: {line}", file=sys.stderr)
         return EXIT_INVALID
+    for warning in filter(None, map(no_prometheus, results)):
+        print(f"warning: {warning}", file=sys.stderr)
     objects = [o.body for r in results for o in r.objects]
     sys.stdout.write(dump_all(objects))
     if args.out:

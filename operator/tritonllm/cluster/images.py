@@ -87,6 +87,8 @@ STANDIN_TRTLLM = NGC_TRTLLM[STANDIN_RELEASE]
 #: The wheel that carries a real tritonserver 2.51 for the CPU (reference: triton-on-cpu.md).
 PYTRITON = "nvidia-pytriton==0.7.0"
 BUSYBOX_TAG = "1.35"
+#: bookworm's haproxy (2.6, with the Prometheus exporter built in).
+ACTIVATOR_TAG = "2.6"
 #: Free space the cache's filesystem needs before a build (bases, layers, wheels, contexts).
 MIN_FREE_BYTES = 8 * 2**30
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -112,6 +114,7 @@ IMAGES: tuple[Image, ...] = (
     Image("busybox", BUSYBOX_TAG, "busybox-static: local-path helper pods, tests"),
     Image("operator", "dev", "the operator (Dockerfile): tritonllm run, repository Jobs, pyz"),
     Image("triton-standin", STANDIN_TAG, "CPU stand-in for NGC's Triton TensorRT-LLM image"),
+    Image("activator", ACTIVATOR_TAG, "HAProxy (Debian's): the scale-to-zero activator"),
 )
 BY_NAME = {image.name: image for image in IMAGES}
 
@@ -510,11 +513,20 @@ def standin_recipe(session: Session) -> Recipe:
                               standin_wheelhouse(root), args)
 
 
+def activator_recipe(session: Session) -> Recipe:
+    root = checkout()
+    files = {rel: root / rel for rel in (".dockerignore", "images/activator/Dockerfile")}
+    return _dockerfile_recipe(session, BY_NAME["activator"], files,
+                              "images/activator/Dockerfile", Base("activator", ("haproxy",)),
+                              Wheelhouse("activator", ()), {})
+
+
 RECIPES: dict[str, Callable[[Session], Recipe]] = {
     "pause": pause_recipe,
     "busybox": busybox_recipe,
     "operator": operator_recipe,
     "triton-standin": standin_recipe,
+    "activator": activator_recipe,
 }
 
 

@@ -121,6 +121,7 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
     out_spec: Obj = {"template": {"metadata": {"labels": keys}}}
     if "replicas" in spec:
         out_spec["replicas"] = spec["replicas"]
+        out_spec["replicasOnlyOurs"] = replicas_only_ours(obj)
     status = {
         k: st[k]
         for k in ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration")
@@ -131,6 +132,17 @@ def project_workload(obj: Mapping[str, Any]) -> Obj:
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
             status["replicaFailure"] = str(cond.get("message", ""))[:600]
     return {"metadata": _meta(obj, "generation"), "spec": out_spec, "status": status}
+
+
+def replicas_only_ours(obj: Mapping[str, Any]) -> bool:
+    """Whether the operator is the only field manager of spec.replicas (managedFields): true
+    until an autoscaler first scales a workload the operator created with a fixed count."""
+    owners = {
+        entry.get("manager")
+        for entry in obj["metadata"].get("managedFields") or []
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    }
+    return owners == {c.FIELD_MANAGER}
 
 
 def project_child(obj: Mapping[str, Any]) -> Obj:
@@ -192,8 +204,26 @@ def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
 
 
 def _gpu_node(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    """Nodes by GPU product: (name, allocatable GPUs, schedulable)."""
     product = (obj["metadata"].get("labels") or {}).get(c.GPU_PRODUCT_LABEL)
-    return {product: obj["metadata"]["name"]} if product else {}
+    if not product:
+        return {}
+    allocatable = ((obj.get("status") or {}).get("allocatable") or {}).get(c.GPU_RESOURCE, "0")
+    gpus = int(allocatable) if str(allocatable).isdigit() else 0
+    schedulable = not (obj.get("spec") or {}).get("unschedulable", False)
+    return {product: (obj["metadata"]["name"], gpus, schedulable)}
+
+
+# Optional APIs whose CRDs the operator looks for: KEDA's ScaledObject (autoscaler KEDA) and the
+# Prometheus operator's PodMonitor (rendered when served).
+SCALED_OBJECTS_CRD = "scaledobjects.keda.sh"
+POD_MONITORS_CRD = "podmonitors.monitoring.coreos.com"
+OPTIONAL_APIS = frozenset({SCALED_OBJECTS_CRD, POD_MONITORS_CRD})
+
+
+def _served_api(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    name = obj["metadata"]["name"]
+    return {name: True} if name in OPTIONAL_APIS else {}
 
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
@@ -227,6 +257,10 @@ BY_NAME: dict[str, IndexSpec] = {
                ("policy", "v1", "poddisruptionbudgets"), project_child, managed=True),
         _named("tritonllm_network_policies", "NetworkPolicy",
                ("networking.k8s.io", "v1", "networkpolicies"), project_child, managed=True),
+        _named("tritonllm_scaled_objects", "ScaledObject", ("keda.sh", "v1alpha1", "scaledobjects"),
+               project_child, managed=True),
+        _named("tritonllm_pod_monitors", "PodMonitor",
+               ("monitoring.coreos.com", "v1", "podmonitors"), project_child, managed=True),
         _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
                project_child),
         # Secrets are not watched at all: read by name (tritonllm.handlers.observe.SecretChecks).
@@ -237,11 +271,13 @@ USERS_OF_ENGINE = IndexSpec("tritonllm_users_of_engine", c.KIND, (c.GROUP, c.VER
 REVISIONS = IndexSpec("tritonllm_revisions", "ConfigMap", ("", "v1", "configmaps"),
                       _repository_revision, managed=True)
 GPU_NODES = IndexSpec("tritonllm_gpu_nodes", "Node", ("", "v1", "nodes"), _gpu_node)
+SERVED_APIS = IndexSpec("tritonllm_served_apis", "CustomResourceDefinition",
+                        ("apiextensions.k8s.io", "v1", "customresourcedefinitions"), _served_api)
 
 
 def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
     """Every index the reconciler reads (nodes only when NoMatchingNodes is checked)."""
-    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS]
+    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS, SERVED_APIS]
     return [*specs, GPU_NODES] if gpu_nodes else specs
 
 
@@ -360,3 +396,11 @@ class Cache:
 
     def gpu_nodes(self, product: str) -> int:
         return len(self._values(GPU_NODES, product))
+
+    def gpu_capacity(self, product: str) -> list[int]:
+        """Allocatable GPUs of each schedulable node carrying `product`."""
+        return sorted(gpus for _, gpus, ok in self._values(GPU_NODES, product) if ok)
+
+    def serves(self, crd: str) -> bool:
+        """Whether the cluster has the CRD (one of OPTIONAL_APIS)."""
+        return bool(self._values(SERVED_APIS, crd))

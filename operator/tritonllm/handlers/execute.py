@@ -17,6 +17,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
+from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.plan.ownership import conflict_message, is_ours
 from tritonllm.plan.reconcile import Plan
@@ -27,7 +28,7 @@ from tritonllm.render.pod import owner_references
 from tritonllm.render.status import status_object
 
 from .cache import Cache
-from .metrics import BUILDS
+from .metrics import BUILDS, REPLICA_WRITES
 
 Logger = logging.LoggerAdapter[Any]
 
@@ -45,6 +46,8 @@ CHECKED_KINDS = frozenset(
         "HorizontalPodAutoscaler",
         "PodDisruptionBudget",
         "NetworkPolicy",
+        "ScaledObject",
+        "PodMonitor",
     }
 )
 # Longest server message quoted into a condition (a refused 1 MiB object echoes much of it).
@@ -140,6 +143,7 @@ async def execute(
         api_version, kind, replicas = p.scale
         try:
             await kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
+            REPLICA_WRITES.labels(kind).inc()
         except KubeError as exc:
             raise WriteRefused("scale", kind, naming.serving_name(dep), exc) from exc
         logger.info("scaled %s to %d", kind, replicas)
@@ -163,6 +167,8 @@ async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: L
         try:
             cache.remember(await kube.apply(obj))
             logger.info("applied %s/%s", obj.kind, obj.name)
+            if _sets_serving_replicas(obj):
+                REPLICA_WRITES.labels(obj.kind).inc()
         except KubeError as exc:
             if exc.status == 422 and obj.kind == "Job" and cache.get("Job", ns, obj.name):
                 # A Job's pod template is immutable: replace it (it is keyed by content, so
@@ -170,6 +176,12 @@ async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: L
                 await kube.delete("batch/v1", "Job", ns, obj.name)
                 continue
             raise WriteRefused("apply", obj.kind, obj.name, exc) from exc
+
+
+def _sets_serving_replicas(obj: Manifest) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    return (obj.kind in (DEPLOYMENT, LEADER_WORKER_SET) and "replicas" in obj["spec"]
+            and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_SERVER)
 
 
 async def _name_is_free(

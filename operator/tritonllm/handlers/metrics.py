@@ -15,6 +15,12 @@ from tritonllm.api import constants as c
 RECONCILES = Counter("tritonllm_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram("tritonllm_reconcile_duration_seconds", "Duration of a reconcile")
 BUILDS = Counter("tritonllm_engine_builds_total", "Finished engine builds", ["result"])
+REPLICA_WRITES = Counter(
+    "tritonllm_replica_writes_total",
+    "Writes that set a serving workload's replica count (a scale, or an apply carrying "
+    "spec.replicas)",
+    ["kind"],
+)
 ACTING = Gauge(
     "tritonllm_operator_acting",
     "1 while this replica reconciles; 0 while it is paused (kopf peering lets another replica "

@@ -19,6 +19,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
+from tritonllm.plan.gc import optional_refs
 from tritonllm.plan.observed import (
     Observed,
     job_failed,
@@ -30,7 +31,7 @@ from tritonllm.plan.ownership import is_ours
 from tritonllm.plan.stalls import Stall, job_stall
 from tritonllm.render import Rendered, naming
 
-from .cache import Cache, project_secret
+from .cache import SCALED_OBJECTS_CRD, Cache, project_secret
 
 Obj = dict[str, Any]
 
@@ -63,6 +64,8 @@ async def observe(
         store=cache.get("PersistentVolumeClaim", ns, spec.storage.claimName),
         secret_present=None if cred is None else token is not None and cred.key in token["keys"],
         gpu_nodes=cache.gpu_nodes(product) if product else None,
+        gpu_capacity=cache.gpu_capacity(product) if product else None,
+        keda_served=cache.serves(SCALED_OBJECTS_CRD),
         engine=engine,
         build_job=build_job,
         build_pods=await _failed_pods(kube, ns, build_job),
@@ -71,7 +74,7 @@ async def observe(
         repo_pods=await _failed_pods(kube, ns, repo_job),
         repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
         workload=workload,
-        live=_live(cache, r, workload),
+        live=_live(cache, dep, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         mpi_secret=mpi,
@@ -80,19 +83,16 @@ async def observe(
     )
 
 
-def _live(cache: Cache, r: Rendered, workload: Obj | None) -> dict[tuple[str, str], Obj]:
+def _live(
+    cache: Cache, dep: TritonLLMDeployment, r: Rendered, workload: Obj | None
+) -> dict[tuple[str, str], Obj]:
     """Live children by (kind, name): what is rendered, plus an HPA/PDB that should go."""
     refs = [o.ref for o in r.objects if o.kind not in ("Job", "PersistentVolumeClaim")]
-    for kind, current in (
-        ("HorizontalPodAutoscaler", r.autoscaler),
-        ("PodDisruptionBudget", r.disruption_budget),
-        ("NetworkPolicy", r.network_policy),
-    ):
-        if current is None:
-            refs.append((kind, r.name))
+    refs += [(kind, name) for _, kind, name in optional_refs(dep) if (kind, name) not in refs]
     live: dict[tuple[str, str], Obj] = {}
     for kind, name in refs:
-        found = workload if kind == r.workload.kind else cache.get(kind, r.namespace, name)
+        own = (kind, name) == r.workload.ref
+        found = workload if own else cache.get(kind, r.namespace, name)
         if found is not None:
             live[(kind, name)] = found
     return live

@@ -40,7 +40,7 @@ from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_p
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
-from .cache import Cache
+from .cache import POD_MONITORS_CRD, Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
 from .observe import PodChecks, SecretChecks, observe
@@ -231,10 +231,11 @@ class Reconciler:
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
+            prometheus_url=self.settings.prometheus_url,
+            activator_image=self.settings.activator_image,
+            pod_monitors=self.cache.serves(POD_MONITORS_CRD),
             engine_cached=is_cache_hit(record_status(engine), uid),
-            observed_replicas=((workload or {}).get("spec") or {}).get("replicas")
-            if dep.spec.autoscaling
-            else None,
+            observed_replicas=handover_replicas(dep, workload),
         )
         rendered = render_all(dep, opts)
         too_big = rendered_problems(rendered)
@@ -305,3 +306,14 @@ class Reconciler:
         elif key:
             logger.info("engine %s kept: other deployments use it", key)
         await self.kube.set_finalizers(body, finalizers)
+
+
+def handover_replicas(dep: TritonLLMDeployment, workload: dict[str, Any] | None) -> int | None:
+    """The live replica count to keep in the workload's apply, while autoscaling and until the
+    autoscaler has written it once: server-side apply would otherwise drop a field only the
+    operator owned, and the count would fall back to 1. After that the apply leaves replicas
+    out, so the operator never writes a count an autoscaler owns."""
+    spec = (workload or {}).get("spec") or {}
+    if dep.spec.autoscaling is None or not spec.get("replicasOnlyOurs"):
+        return None
+    return int(spec["replicas"])

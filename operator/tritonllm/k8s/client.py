@@ -109,6 +109,8 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): Resource("leaderworkersets"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Resource("horizontalpodautoscalers"),
     ("policy/v1", "PodDisruptionBudget"): Resource("poddisruptionbudgets"),
+    ("keda.sh/v1alpha1", "ScaledObject"): Resource("scaledobjects"),
+    ("monitoring.coreos.com/v1", "PodMonitor"): Resource("podmonitors"),
     ("networking.k8s.io/v1", "NetworkPolicy"): Resource("networkpolicies"),
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),

@@ -9,22 +9,36 @@ rollout).
 from __future__ import annotations
 
 from tritonllm.api.deployment import TritonLLMDeployment
-from tritonllm.render import Rendered, naming
+from tritonllm.render import Rendered, autoscaling, naming
 
 from .observed import Observed
 from .writes import Plan
 
 
+def optional_refs(dep: TritonLLMDeployment) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every child a spec may switch off: HPA, ScaledObject, PDB,
+    NetworkPolicy, PodMonitor, and the scale-to-zero activator's ConfigMap, backend Service and
+    Deployment."""
+    name = naming.serving_name(dep)
+    activator, backend = autoscaling.activator_name(dep), autoscaling.backend_service_name(dep)
+    return [
+        ("autoscaling/v2", "HorizontalPodAutoscaler", name),
+        (autoscaling.KEDA_API_VERSION, "ScaledObject", name),
+        ("policy/v1", "PodDisruptionBudget", name),
+        ("networking.k8s.io/v1", "NetworkPolicy", name),
+        (autoscaling.POD_MONITOR_API_VERSION, "PodMonitor", name),
+        ("v1", "ConfigMap", activator),
+        ("v1", "Service", backend),
+        ("apps/v1", "Deployment", activator),
+    ]
+
+
 def collect_garbage(
     p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, served_repo: str | None
 ) -> None:
-    name = naming.serving_name(dep)
-    for kind, api_version, current in (
-        ("HorizontalPodAutoscaler", "autoscaling/v2", rendered.autoscaler),
-        ("PodDisruptionBudget", "policy/v1", rendered.disruption_budget),
-        ("NetworkPolicy", "networking.k8s.io/v1", rendered.network_policy),
-    ):
-        if (kind, name) in obs.live and current is None:
+    wanted = {o.ref for o in rendered.objects}
+    for api_version, kind, name in optional_refs(dep):
+        if (kind, name) in obs.live and (kind, name) not in wanted:
             p.delete.append((api_version, kind, name))
     keep = {rendered.repository_key, served_repo}
     for rev in obs.repo_revisions:

@@ -28,6 +28,10 @@ class Observed:
     store: Obj | None = None  # the PVC
     secret_present: bool | None = None  # None: no credentials requested
     gpu_nodes: int | None = None  # None: no product requested
+    # Allocatable GPUs of each schedulable node with the product (None: nodes not watched).
+    gpu_capacity: Sequence[int] | None = None
+    # Whether the cluster serves KEDA's ScaledObject (read when autoscaler KEDA is asked for).
+    keda_served: bool = True
     engine: Obj | None = None  # TritonLLMEngine record
     build_job: Obj | None = None
     build_pods: Sequence[Obj] = ()

@@ -43,6 +43,7 @@ def prerequisites_step(
             f"Secret {cred.secretName} with key {cred.key} (spec.model.credentials) is missing in "
             f"namespace {dep.namespace}: create it with the Hugging Face token",
         )
+    blocked = blocked or autoscaler_missing(dep, rendered, obs)
     if obs.gpu_nodes == 0:
         blocked = blocked or Cond(
             c.COND_DEGRADED,
@@ -52,3 +53,25 @@ def prerequisites_step(
             f"value against `kubectl get nodes -L {c.GPU_PRODUCT_LABEL}`",
         )
     return blocked
+
+
+def autoscaler_missing(dep: TritonLLMDeployment, rendered: Rendered, obs: Observed) -> Cond | None:
+    """autoscaler KEDA needs KEDA's API and a Prometheus to query."""
+    scaled = rendered.scaled_object
+    if scaled is None:
+        return None
+    if not obs.keda_served:
+        return Cond(
+            c.COND_DEGRADED, "True", r.AUTOSCALER_MISSING,
+            "spec.autoscaling.autoscaler is KEDA but the cluster has no ScaledObject kind "
+            "(CRD scaledobjects.keda.sh): install KEDA (docs/autoscaling.md), or set "
+            "autoscaler: HPA",
+        )
+    if not scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]:
+        return Cond(
+            c.COND_DEGRADED, "True", r.AUTOSCALER_MISSING,
+            "spec.autoscaling.prometheusUrl is unset and the operator has no default "
+            "(TRITONLLM_PROMETHEUS_URL, chart value settings.prometheusUrl): KEDA needs the URL "
+            "of the Prometheus that scrapes the serving pods",
+        )
+    return None

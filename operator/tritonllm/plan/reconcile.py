@@ -44,6 +44,7 @@ from .ownership import (
 )
 from .prerequisites import prerequisites_step
 from .repository import recorded, repository_step, written
+from .scaling import scaling_status
 from .serving import available, serving_step
 from .status import (
     BLOCKED_REQUEUE_SECONDS,
@@ -115,6 +116,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
     fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
     fields.update(recorded_uid_fields(mpi_adopted, copy_uids))
+    fields["scaling"] = scaling_status(dep, workload, obs)
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
         fields["repository"] = written(dep, rendered)
     return finish(body, p, conds, obs, fields=fields)

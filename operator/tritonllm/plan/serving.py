@@ -29,12 +29,17 @@ def serving_step(
     """Service, NetworkPolicy, workload, HPA and PDB writes (or a scale); returns the live
     workload's counts. The NetworkPolicy goes first, so no serving pod runs without it."""
     if not blocked:
+        # The activator first: the Service may switch to its pods (scale to zero).
+        for part in rendered.activator:
+            want(p, obs, part)
         want(p, obs, rendered.service)
         if rendered.network_policy is not None:
             want(p, obs, rendered.network_policy)
     if repository_ready and not blocked:
         want(p, obs, rendered.workload)
-        for extra in (rendered.autoscaler, rendered.disruption_budget):
+        extras = (rendered.autoscaler, rendered.scaled_object, rendered.disruption_budget,
+                  rendered.pod_monitor)
+        for extra in extras:
             if extra is not None:
                 want(p, obs, extra)
     elif obs.workload is not None and dep.spec.autoscaling is None:

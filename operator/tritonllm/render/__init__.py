@@ -12,7 +12,7 @@ from typing import Any
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
-from . import jobs, naming, plans, serving, store
+from . import autoscaling, jobs, naming, plans, serving, store
 from .manifest import Manifest
 from .pod import RenderOptions
 
@@ -54,7 +54,11 @@ class Rendered:
     repository_job: Manifest
     service: Manifest
     workload: Manifest  # Deployment or LeaderWorkerSet
-    autoscaler: Manifest | None  # HorizontalPodAutoscaler
+    autoscaler: Manifest | None  # HorizontalPodAutoscaler (autoscaling.autoscaler HPA)
+    scaled_object: Manifest | None  # KEDA ScaledObject (autoscaling.autoscaler KEDA)
+    # Scale to zero: the activator's ConfigMap, backend Service and Deployment (else empty).
+    activator: tuple[Manifest, ...]
+    pod_monitor: Manifest | None  # when the cluster serves the Prometheus operator's PodMonitor
     disruption_budget: Manifest | None  # PodDisruptionBudget
     network_policy: Manifest | None  # NetworkPolicy of the serving pods
     # The model repository: relative path -> file content.
@@ -73,11 +77,14 @@ class Rendered:
             self.build_job,
             self.repository_configmap,
             self.repository_job,
+            *self.activator,
             self.service,
             self.network_policy,
             self.workload,
             self.autoscaler,
+            self.scaled_object,
             self.disruption_budget,
+            self.pod_monitor,
         )
         return [o for o in ordered if o is not None]
 
@@ -117,7 +124,10 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         repository_job=Manifest.of(jobs.repository_job(dep, repo_key, sorted(repo_files), opts)),
         service=Manifest.of(serving.service(dep)),
         workload=Manifest.of(workload(dep, repo_key, key, opts)),
-        autoscaler=_manifest(serving.hpa(dep)),
+        autoscaler=_manifest(autoscaling.hpa(dep)),
+        scaled_object=_manifest(autoscaling.scaled_object(dep, opts)),
+        activator=tuple(Manifest.of(o) for o in autoscaling.activator_objects(dep, opts)),
+        pod_monitor=_manifest(autoscaling.pod_monitor(dep, opts)),
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
         network_policy=_manifest(serving.network_policy(dep)),
         repository=repo_files,

@@ -46,6 +46,12 @@ class RenderOptions:
     cluster_domain: str = "cluster.local"
     # Live replica count to keep when an autoscaler owns it (None: leave the field out).
     observed_replicas: int | None = None
+    # Prometheus that KEDA's triggers query when the CR names none (TRITONLLM_PROMETHEUS_URL).
+    prometheus_url: str | None = None
+    # The cluster serves monitoring.coreos.com/v1 PodMonitor (a Prometheus operator's CRDs).
+    pod_monitors: bool = False
+    # HAProxy image of the scale-to-zero activator (TRITONLLM_ACTIVATOR_IMAGE).
+    activator_image: str = "docker.io/library/haproxy:3.2"
 
 
 def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:

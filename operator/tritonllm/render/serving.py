@@ -18,7 +18,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
-from . import naming
+from . import autoscaling, naming
 from .jobs import configmap_key
 from .plans import LAUNCH_PLAN_KEY
 from .pod import (
@@ -234,13 +234,19 @@ def _serving_metadata(dep: TritonLLMDeployment) -> dict[str, Any]:
 
 
 def service(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """The deployment's endpoint: the serving pods, or when it scales to zero the activator's
+    pods, which forward to the serving pods through the backend Service."""
+    if autoscaling.scales_to_zero(dep):
+        selector = autoscaling.activator_labels(dep)
+    else:
+        selector = naming.selector_labels(dep)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _serving_metadata(dep),
         "spec": {
             "type": "ClusterIP",
-            "selector": naming.selector_labels(dep),
+            "selector": selector,
             "ports": [
                 {"name": "http", "port": c.HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
                 {
@@ -257,60 +263,6 @@ def service(dep: TritonLLMDeployment) -> dict[str, Any]:
                     "protocol": "TCP",
                 },
             ],
-        },
-    }
-
-
-# Pods-metric names a Prometheus adapter serves for each autoscaling metric.
-POD_METRICS = {
-    "queueComputeRatio": "tritonllm_queue_compute_ratio",
-    "pendingRequests": "nv_inference_pending_request_count",
-    "kvCacheUtilization": "tritonllm_kv_cache_utilization",
-}
-
-
-def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
-    a = dep.spec.autoscaling
-    if a is None:
-        return None
-    if a.metric == "cpu":
-        metric: dict[str, Any] = {
-            "type": "Resource",
-            "resource": {
-                "name": "cpu",
-                "target": {"type": "Utilization", "averageUtilization": int(float(a.target))},
-            },
-        }
-    else:
-        metric = {
-            "type": "Pods",
-            "pods": {
-                "metric": {"name": POD_METRICS[a.metric]},
-                "target": {"type": "AverageValue", "averageValue": a.target},
-            },
-        }
-    topology = dep.spec.topology
-    target = {"apiVersion": topology.workload_api_version, "kind": topology.workload_kind}
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _serving_metadata(dep),
-        "spec": {
-            "scaleTargetRef": {**target, "name": naming.serving_name(dep)},
-            "minReplicas": a.minReplicas,
-            "maxReplicas": a.maxReplicas,
-            "metrics": [metric],
-            # GPU pods start slowly: scale up promptly, scale down only after a calm period.
-            "behavior": {
-                "scaleUp": {
-                    "stabilizationWindowSeconds": 60,
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
-                },
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 600,
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
-                },
-            },
         },
     }
 

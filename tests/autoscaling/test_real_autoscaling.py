@@ -1,0 +1,210 @@
+"""Autoscaling for real, proven with load: the CPU stand-in on the real node, its Triton metrics
+scraped by Prometheus, the chart's recording and adapter rules, an HPA through
+prometheus-adapter, KEDA from zero behind the HAProxy activator, and the operator never writing
+a replica count.
+
+Real: every pod of the serving path (tritonserver from the stand-in image, HAProxy from Debian),
+kube-proxy's Service rules, Prometheus (Debian's) scraping the pods over the host's bridge, the
+chart's rules files as shipped, prometheus-adapter and KEDA (built from their Go modules), the
+HPA controller, the operator. Simulated: the GPUs (the stand-in answers on CPU, one token per
+TRITONLLM_STANDIN_TOKEN_DELAY seconds so that requests queue), and in the multi-node case the
+group's pods, which are kwok pods whose serving metric comes from an exporter in this test.
+
+Figures: each scenario prints `[measure]` lines (python -m pytest -s); docs/autoscaling.md
+records them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from bench.autoscaling import Load, burst, summary
+from tests.cases import ROOT
+from tests.cluster.operator_harness import Operator, run_operator, wait_condition
+from tritonllm.cluster.autoscaling import AutoscalingStack
+
+from tritonllm.api import constants as c
+from tritonllm.cluster import images
+from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.node import REGISTRY_ADDR
+from tritonllm.cluster.testing import fresh_namespace, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
+
+EXAMPLE = ROOT / "examples" / "cpu-standin-autoscaling.yaml"
+SEED = ROOT / "examples" / "cpu-standin" / "seed.yaml"
+RULES = ROOT / "charts" / "tritonllm" / "files"
+READY_TIMEOUT = 420
+
+
+def _answer_ok(text: str) -> bool:
+    return text.startswith("hello world")
+
+
+class Env:
+    def __init__(self, cluster: LocalCluster, ns: str, stack: AutoscalingStack, op: Operator,
+                 refs: dict[str, str]) -> None:
+        self.cluster, self.ns, self.stack, self.op, self.refs = cluster, ns, stack, op, refs
+
+    def kubectl_json(self, *args: str) -> Any:
+        return self.cluster.kubectl_json(*args, "-n", self.ns)
+
+    def replicas(self, name: str) -> tuple[int, int]:
+        """(spec.replicas, readyReplicas) of the serving Deployment."""
+        dep = self.kubectl_json("get", "deployment", name)
+        return int(dep["spec"].get("replicas", 0)), int(dep["status"].get("readyReplicas", 0))
+
+    def url(self, name: str) -> str:
+        ip = self.kubectl_json("get", "svc", name)["spec"]["clusterIP"]
+        return f"{ip}:{c.HTTP_PORT}"
+
+    def diagnose(self) -> str:
+        parts = [self.cluster.kubectl("get", "pods,deploy,hpa,scaledobject,tllm", "-n", self.ns,
+                                      "-o", "wide", check=False).stdout[-4000:],
+                 self.cluster.kubectl("get", "events", "-n", self.ns,
+                                      "--sort-by=.lastTimestamp", check=False).stdout[-4000:],
+                 self.cluster.kubectl("describe", "hpa", "-n", self.ns,
+                                      check=False).stdout[-3000:],
+                 "--- operator\n" + self.op.logs()[-3000:]]
+        return "\n".join(parts)
+
+    def replica_writes(self) -> float:
+        """The operator's own count of replica writes (tritonllm_replica_writes_total)."""
+        text = self.op.metrics()
+        return sum(float(m.group(1)) for m in re.finditer(
+            r"^tritonllm_replica_writes_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
+    def replica_managers(self, kind: str, name: str) -> set[str]:
+        obj = self.kubectl_json("get", kind, name, "--show-managed-fields")
+        return {e["manager"] for e in obj["metadata"].get("managedFields") or []
+                if "f:replicas" in ((e.get("fieldsV1") or {}).get("f:spec") or {})}
+
+
+@pytest.fixture(scope="module")
+def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    refs = images.ensure_images(REGISTRY_ADDR)
+    tmp = tmp_path_factory.mktemp("autoscaling")
+    with fresh_namespace(cluster, "autoscaling-real") as ns:
+        cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
+        cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
+                        "--timeout=240s", timeout=270)
+        stack = AutoscalingStack(cluster, recording_rules=RULES / "recording-rules.yaml",
+                                 adapter_rules=RULES / "adapter-rules.yaml")
+        with stack:
+            settings = {"TRITONLLM_PROMETHEUS_URL": stack.prometheus_url,
+                        "TRITONLLM_ACTIVATOR_IMAGE": refs["activator"]}
+            with run_operator(cluster, ns, tmp, tools_image=refs["operator"],
+                              env=settings) as op:
+                yield Env(cluster, ns, stack, op, refs)
+
+
+def _example(name: str, **autoscaling: Any) -> dict[str, Any]:
+    obj = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    obj["metadata"]["name"] = name
+    obj["spec"]["autoscaling"].update(autoscaling)
+    return dict(obj)
+
+
+def _ready(env: Env, name: str) -> dict[str, Any]:
+    try:
+        return wait_condition(env.cluster, env.ns, name, "Progressing", "False",
+                              reason="Deployed", timeout=READY_TIMEOUT)
+    except Exception as exc:
+        raise AssertionError(f"{name} not deployed: {exc}\n{env.diagnose()}") from exc
+
+
+def _wait_replicas(env: Env, name: str, want: int, timeout: float, what: str) -> float:
+    """Seconds until the Deployment has `want` replicas, all ready."""
+    t0 = time.monotonic()
+    try:
+        wait_for(lambda: env.replicas(name) == (want, want), timeout=timeout, interval=0.5,
+                 what=what)
+    except Exception as exc:
+        raise AssertionError(f"{what}: {exc}\n{env.diagnose()}") from exc
+    return time.monotonic() - t0
+
+
+def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(env: Env) -> None:
+    name = "scale-hpa"
+    obj = _example(name, autoscaler="HPA", minReplicas=1, maxReplicas=2)
+    env.cluster.apply([{**obj, "metadata": {**obj["metadata"], "namespace": env.ns}}])
+    cr = _ready(env, name)
+    scaling = cr["status"]["scaling"]
+    # The real node advertises two stand-in GPUs: two replicas of one GPU each.
+    assert (scaling["autoscaler"], scaling["capacity"]) == ("HPA", 2), scaling
+    # Prometheus scrapes the serving pod, the adapter serves the rule's metric for it.
+    metric = "nv_inference_pending_request_count"
+    raw = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{env.ns}/pods/*/{metric}"
+
+    def served() -> bool:
+        out = env.cluster.kubectl("get", "--raw", raw, check=False)
+        return out.returncode == 0 and bool(json.loads(out.stdout).get("items"))
+
+    wait_for(served, timeout=90, interval=1, what=f"custom metric {metric} for the serving pod")
+    url = env.url(name)
+
+    with Load(url, clients=6, check=_answer_ok) as load:
+        up = _wait_replicas(env, name, 2, 240, "HPA scales to 2 under load")
+        print(f"\n[measure] HPA: load start -> 2nd replica Ready {up:.1f} s")
+        time.sleep(5)  # both replicas answer
+    hot = list(load.outcomes)
+    # Light load while it scales back: the replica taken away drains what it holds.
+    with Load(url, clients=1, check=_answer_ok) as light:
+        down = _wait_replicas(env, name, 1, 240, "HPA scales back to 1")
+        print(f"[measure] HPA: load drop -> back to 1 replica {down:.1f} s "
+              f"(scaleDownWindowSeconds 20)")
+        time.sleep(3)
+    print(f"[measure] {summary('HPA under load', hot)}")
+    print(f"[measure] {summary('HPA while scaling down', light.outcomes)}")
+    assert len(hot) > 10 and not load.failed, [o.error for o in load.failed][:5]
+    assert light.outcomes and not light.failed, [o.error for o in light.failed][:5]
+    # The HPA wrote the count; the operator never did.
+    assert env.replica_writes() == 0
+    assert c.FIELD_MANAGER not in env.replica_managers("deployment", name)
+    print(f"[measure] operator replica writes during autoscaling: {env.replica_writes():.0f}")
+
+
+def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
+    name = "scale-keda"
+    obj = _example(name)  # KEDA, minReplicas 0, the held-requests trigger
+    env.cluster.apply([{**obj, "metadata": {**obj["metadata"], "namespace": env.ns}}])
+    cr = _ready(env, name)
+    assert cr["status"]["scaling"]["autoscaler"] == "KEDA"
+    # KEDA made its own HPA; the operator made none.
+    hpas = {h["metadata"]["name"] for h in env.kubectl_json("get", "hpa")["items"]}
+    assert f"keda-hpa-{name}" in hpas and name not in hpas, hpas
+    # Idle: KEDA takes it to zero after cooldownSeconds; the activator stays.
+    _wait_replicas(env, name, 0, 180, "KEDA scales the idle deployment to zero")
+    activator = env.kubectl_json("get", "deployment", f"{name}-activator")
+    assert activator["status"].get("readyReplicas") == 2, activator["status"]
+    url = env.url(name)  # the Service clients always use: now the activator's pods
+
+    t0 = time.monotonic()
+    outcomes = burst(url, 4, check=_answer_ok)
+    first = min(o.started + o.seconds for o in outcomes if o.error is None) - t0
+    print(f"\n[measure] KEDA: zero -> first answer {first:.1f} s (engine cached, "
+          f"pollingIntervalSeconds 2)")
+    print(f"[measure] {summary('KEDA burst at zero', outcomes)}")
+    assert all(o.error is None for o in outcomes), [o.error for o in outcomes]
+    assert env.replicas(name)[0] >= 1
+    assert env.replica_writes() == 0
+    assert c.FIELD_MANAGER not in env.replica_managers("deployment", name)
+
+
+def test_kv_cache_and_pending_requests_reach_prometheus_from_the_real_pod(env: Env) -> None:
+    """The stand-in's TensorRT-LLM metric families, scraped from the serving pod, recorded."""
+    name = "scale-hpa"
+    wait_for(lambda: bool(env.stack.query(
+        f'tritonllm:kv_cache_utilization{{namespace="{env.ns}",'
+        f'app_kubernetes_io_instance="{name}"}}')), timeout=60, interval=1,
+        what="tritonllm:kv_cache_utilization recorded for the serving pod")
+    series = env.stack.query(f'nv_trt_llm_kv_cache_block_metrics{{namespace="{env.ns}"}}')
+    kinds = {s["metric"].get("kv_cache_block_type") for s in series}
+    assert {"max", "free", "used", "tokens_per"} <= kinds, kinds
