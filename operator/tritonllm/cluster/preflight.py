@@ -12,7 +12,8 @@ tritonllm.cluster.preflight`` works on a bare checkout). Each need belongs to a 
 ``images``            buildah, mmdebstrap, busybox-static (the real node's images), skopeo
 ``mpi``               sshd, ssh-keygen, mpirun (the triton tier and the multi-node tests)
 ``argocd``            redis-server (Argo CD's cache)
-``metrics``           promtool (the chart's Prometheus rules, checked and evaluated)
+``metrics``           promtool (the chart's Prometheus rules, checked and evaluated), haproxy (the
+                      activator's rendered config, checked)
 ====================  ==========================================================================
 
 What Debian ships is installed with ``apt-get`` when missing (printed first); what cannot be
@@ -113,6 +114,8 @@ NEEDS: tuple[Need, ...] = (
     Need("mpi", "mpirun (Open MPI)", _on_path("mpirun"), "openmpi-bin"),
     Need("argocd", "redis-server (Argo CD's cache)", _on_path("redis-server"), "redis-server"),
     Need("metrics", "promtool (the chart's rules)", _on_path("promtool"), "prometheus"),
+    Need("metrics", "haproxy (the scale-to-zero activator's config, checked)",
+         _on_path("haproxy"), "haproxy"),
 )
 
 
