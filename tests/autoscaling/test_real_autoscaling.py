@@ -4,9 +4,9 @@ prometheus-adapter, KEDA from zero behind the HAProxy activator, and the operato
 a replica count.
 
 Real: every pod of the serving path (tritonserver from the stand-in image, HAProxy from Debian),
-kube-proxy's Service rules, Prometheus (Debian's) scraping the pods over the host's bridge, the
-chart's rules files as shipped, prometheus-adapter and KEDA (built from their Go modules), the
-HPA controller, the operator. Simulated: the GPUs (the stand-in answers on CPU, one token per
+kube-proxy's Service rules, Prometheus scraping the pods over the host's bridge, the chart's
+rules files as shipped, Prometheus, prometheus-adapter and KEDA (built from their Go modules),
+the HPA controller, the operator. Simulated: the GPUs (the stand-in answers on CPU, one token per
 TRITONLLM_STANDIN_TOKEN_DELAY seconds so that requests queue), and in the multi-node case the
 group's pods, which are kwok pods whose serving metric comes from an exporter in this test.
 
@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 import yaml
 from bench.autoscaling import Load, burst, summary
+
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
-from tritonllm.cluster.autoscaling import AutoscalingStack
-
 from tritonllm.api import constants as c
 from tritonllm.cluster import images
+from tritonllm.cluster.autoscaling import AutoscalingStack
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.node import REGISTRY_ADDR
 from tritonllm.cluster.testing import fresh_namespace, wait_for

@@ -2,8 +2,8 @@
 external metrics APIs are served through the aggregator, an HPA and a KEDA ScaledObject scale
 Deployments (KEDA from zero and back).
 
-Real: Prometheus (Debian's), prometheus-adapter and KEDA's operator and metrics API server (built
-from their Go modules), running on the host against the local API server; the aggregation layer;
+Real: Prometheus, prometheus-adapter and KEDA's operator and metrics API server (built from their
+Go modules), running on the host against the local API server; the aggregation layer;
 kube-controller-manager's HPA controller; Prometheus's pod discovery through the API server.
 Simulated: the pods are kwok pods (nothing runs, their IPs lead nowhere), so the series that
 stand for their metrics come from a small HTTP exporter in this test, scraped by a static job with
@@ -170,6 +170,7 @@ def test_annotated_pods_and_the_operator_endpoint_are_scrape_targets(
 
     targets = wait_for(discovered, 30, what="pod target discovered through the API server")
     assert [t["labels"]["pod"] for t in targets] == [pod["metadata"]["name"]]
+    assert targets[0]["labels"]["app"] == "scraped"  # pod labels become series labels
     assert targets[0]["scrapeUrl"] == f"http://{pod['status']['podIP']}:8002/metrics"
     operator = wait_for(
         lambda: [t for t in stack.targets()

@@ -61,6 +61,8 @@ def test_prometheus_keeps_annotated_pods_and_labels_them_for_the_adapter() -> No
         "__meta_kubernetes_pod_annotation_prometheus_io_path"
     ]
     assert targets["__address__"]["replacement"] == "$1:$2"
+    labelmap = [r for r in pods["relabel_configs"] if r.get("action") == "labelmap"]
+    assert labelmap == [{"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"}]
     assert operator == {"job_name": OPERATOR_JOB,
                         "static_configs": [{"targets": ["127.0.0.1:8080"]}]}
     assert given == extra
@@ -83,7 +85,7 @@ def test_metrics_apis_reach_the_host_through_an_external_name_service() -> None:
 def test_rules_are_a_path_or_yaml(tmp_path: Path) -> None:
     given = tmp_path / "given.yaml"
     given.write_text("groups: []\n")
-    assert _yaml_file(given, tmp_path / "out.yaml") == given
+    assert _yaml_file(given, tmp_path / "out.yaml") == given.resolve()
     written = _yaml_file("groups: []\n", tmp_path / "text.yaml")
     assert written.read_text() == "groups: []\n"
     mapping = _yaml_file(DEFAULT_ADAPTER_RULES, tmp_path / "map.yaml")

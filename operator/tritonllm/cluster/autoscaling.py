@@ -6,8 +6,8 @@ What runs (see docs/local-cluster.md, "Autoscaling tier"):
 - ``prometheus`` (built from its Go module with only Kubernetes service discovery): discovers
   pods through the API server (``kubernetes_sd_configs``, role ``pod``) and scrapes those
   annotated ``prometheus.io/scrape: "true"`` at ``prometheus.io/port`` and ``prometheus.io/path``,
-  labelling their series ``namespace`` and ``pod``; scrapes the operator's metrics endpoints given
-  as ``host:port``; evaluates the caller's recording rules. Every 2 s.
+  labelling their series ``namespace``, ``pod`` and each pod label; scrapes the operator's
+  metrics endpoints given as ``host:port``; evaluates the caller's recording rules. Every 2 s.
 - ``prometheus-adapter``: serves ``custom.metrics.k8s.io`` (v1beta1, v1beta2) from Prometheus
   queries, with the caller's adapter rules (``--config``).
 - KEDA's operator (ScaledObjects become HorizontalPodAutoscalers; it scales to and from zero
@@ -133,6 +133,9 @@ def prometheus_config(
                 "replacement": "$1:$2",
                 "target_label": "__address__",
             },
+            # every pod label as a series label (app.kubernetes.io/instance ->
+            # app_kubernetes_io_instance), before namespace and pod so those two win
+            {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
@@ -164,7 +167,7 @@ def _yaml_file(source: Path | str | dict[str, Any], dest: Path) -> Path:
     if isinstance(source, Path):
         if not source.is_file():
             raise ClusterError(f"no such file: {source}")
-        return source
+        return source.resolve()  # the processes run in the work directory
     text = source if isinstance(source, str) else yaml.safe_dump(source, sort_keys=False)
     yaml.safe_load(text)
     dest.write_text(text)
