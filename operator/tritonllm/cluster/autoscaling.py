@@ -139,9 +139,6 @@ def prometheus_config(
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
-            # Pod labels as series labels (app.kubernetes.io/instance becomes
-            # app_kubernetes_io_instance): the chart's rules and KEDA's queries select on them.
-            {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"},
         ],
     }
     jobs = [pods_job]
