@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.cases import EXAMPLES, INVALID, Invalid, cr
+from tritonllm.cluster.autoscaling import install_keda_crds
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import fresh_namespace
 
@@ -137,9 +138,11 @@ def test_rendered_objects_pass_server_dry_run(cluster: LocalCluster, namespace: 
                                               path) -> None:
     render = subprocess.run(
         [sys.executable, "-m", "tritonllm.cli.main", "render", "-f", str(path),
-         "--namespace", namespace],
+         "--namespace", namespace, "--prometheus-url", "http://prometheus.monitoring:9090"],
         capture_output=True, text=True, check=True,
     )
+    if "kind: ScaledObject" in render.stdout:  # KEDA's kind: its CRDs, as in a cluster with KEDA
+        install_keda_crds(cluster)
     example = yaml.safe_load(path.read_text())
     example["metadata"]["namespace"] = namespace
     stream = render.stdout + "---\n" + yaml.safe_dump(example)

@@ -211,6 +211,15 @@ def install_prometheus_operator_crds(cluster: LocalCluster) -> list[str]:
     return names
 
 
+def install_keda_crds(cluster: LocalCluster) -> list[str]:
+    """Install KEDA's CRDs (from its module, built and cached with it); return their names."""
+    build_component(KEDA)
+    _apply_crd_files(cluster, [KEDA.path(f) for f in KEDA_CRD_FILES])
+    names = [_crd_name(f) for f in KEDA_CRD_FILES]
+    cluster.wait_established(*names)
+    return names
+
+
 def _crd_name(file_name: str) -> str:
     """``group_plural.yaml`` (controller-gen's file names) -> ``plural.group``."""
     group, plural = file_name.removesuffix(".yaml").split("_", 1)
@@ -382,8 +391,7 @@ class AutoscalingStack(HostTier):
         self.cluster.apply(
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KEDA_NAMESPACE}}]
         )
-        _apply_crd_files(self.cluster, [KEDA.path(f) for f in KEDA_CRD_FILES])
-        self.cluster.wait_established(*(_crd_name(f) for f in KEDA_CRD_FILES))
+        install_keda_crds(self.cluster)
         # One certificate for KEDA's gRPC link (both ends, mutual TLS) and the metrics API;
         # both read ca.crt, tls.crt and tls.key from one directory.
         certs = self.workdir / "keda-certs"
