@@ -182,8 +182,11 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
     assert f"keda-hpa-{name}" in hpas and name not in hpas, hpas
     # Idle: KEDA takes it to zero after cooldownSeconds; the activator stays.
     _wait_replicas(env, name, 0, 180, "KEDA scales the idle deployment to zero")
-    activator = env.kubectl_json("get", "deployment", f"{name}-activator")
-    assert activator["status"].get("readyReplicas") == 2, activator["status"]
+    def activator_ready() -> bool:
+        status = env.kubectl_json("get", "deployment", f"{name}-activator")["status"]
+        return bool(status.get("readyReplicas") == 2)
+
+    wait_for(activator_ready, timeout=120, interval=0.5, what="the activator's two pods Ready")
     url = env.url(name)  # the Service clients always use: now the activator's pods
 
     t0 = time.monotonic()
