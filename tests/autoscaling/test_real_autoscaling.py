@@ -178,8 +178,12 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
     cr = _ready(env, name)
     assert cr["status"]["scaling"]["autoscaler"] == "KEDA"
     # KEDA made its own HPA; the operator made none.
-    hpas = {h["metadata"]["name"] for h in env.kubectl_json("get", "hpa")["items"]}
-    assert f"keda-hpa-{name}" in hpas and name not in hpas, hpas
+    def hpas() -> set[str]:
+        return {h["metadata"]["name"] for h in env.kubectl_json("get", "hpa")["items"]}
+
+    wait_for(lambda: f"keda-hpa-{name}" in hpas(), timeout=60, interval=0.5,
+             what="KEDA's HPA for the ScaledObject")
+    assert name not in hpas()
     # Idle: KEDA takes it to zero after cooldownSeconds; the activator stays.
     _wait_replicas(env, name, 0, 180, "KEDA scales the idle deployment to zero")
     def activator_ready() -> bool:
