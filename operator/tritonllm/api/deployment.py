@@ -23,7 +23,6 @@ from .spec import (
     ONE_LINE_PATTERN,
     POSITIVE_QUANTITY_PATTERN,
     QUANTITY_PATTERN,
-    SECRET_KEY_PATTERN,
     SOURCE_PATTERN,
     VERSION_PATTERN,
     TritonLLMDeploymentSpec,
@@ -119,8 +118,7 @@ _PATTERN_HINTS = {
     NO_NUL_PATTERN: "must not contain a NUL character",
     ONE_LINE_PATTERN: "must be one line without control characters (it is written into "
     "config.pbtxt)",
-    SECRET_KEY_PATTERN: "must be a Secret key: letters, digits, '-', '_' and '.', not '.' or "
-    "'..' and not starting with '..'",
+
     VERSION_PATTERN: "must be a version such as 0.13.0",
     NAME_PATTERN: f"must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
     f"letter, at most {c.MAX_NAME_LENGTH} characters)",

@@ -226,6 +226,16 @@ DatasetPath = Annotated[
 # A Secret (or ConfigMap) key as the API server validates it: [-._a-zA-Z0-9]+, not '.' or '..' and
 # not starting with '..'. A key outside it is refused only when the pod that mounts it is created.
 SECRET_KEY_PATTERN = r"^([-_a-zA-Z0-9]|[.][-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
+SecretKey = Annotated[
+    str,
+    Field(min_length=1, max_length=253),
+    *cel_check(
+        f"self.matches('{SECRET_KEY_PATTERN}')",
+        "must be a Secret key: letters, digits, '-', '_' and '.', not '.' or '..' and not "
+        "starting with '..'",
+        lambda v: bool(re.fullmatch(SECRET_KEY_PATTERN, v)),
+    ),
+]
 
 
 class Credentials(ApiModel):
@@ -233,7 +243,7 @@ class Credentials(ApiModel):
 
     secretName: DnsSubdomain
     """Name of a Secret in the deployment's namespace holding the token."""
-    key: str = Field(default="HF_TOKEN", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+    key: SecretKey = "HF_TOKEN"
     """Key in that Secret whose value is the token (a Secret key: letters, digits, '-', '_' and
     '.', not '.' or '..' nor starting with '..')."""
 
