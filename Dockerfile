@@ -39,13 +39,7 @@ RUN set -eu; \
       --shell /usr/sbin/nologin tritonllm
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /tritonllm.pyz /usr/local/share/tritonllm/tritonllm.pyz
-# The image's software list: every Debian package with its version (a package-level SBOM that
-# `tritonllm.cluster.images --sbom` and scanners read), and where it came from in the labels.
-ARG BASE
-ARG BASE_DIGEST=
-LABEL org.opencontainers.image.base.name="${BASE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      io.tritonllm.packages="/usr/share/tritonllm/packages.txt"
+# The Debian package list, a package-level SBOM (docs/hardening.md); the local build labels the base.
 RUN mkdir -p /usr/share/tritonllm \
     && dpkg-query -W -f '${Package}=${Version} ${Architecture}\n' | sort > /usr/share/tritonllm/packages.txt
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -728,15 +728,16 @@ ACCEPTED: list[Accepted] = [
 ]
 
 
-def at_path(obj: Any, dotted: str) -> Any:
-    """The value at a dotted path of nested mappings (None when absent)."""
-    for part in dotted.split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
-
-
-def same_value(stored: Any, expected: Any) -> bool:
-    """Equal, a quantity compared as its string (the API server keeps `cpu: 1` a number)."""
-    if isinstance(expected, str) and isinstance(stored, int | float):
-        return str(stored) == expected
-    return bool(stored == expected)
+def stored_otherwise(spec: dict[str, Any], case: Accepted) -> dict[str, Any]:
+    """The paths of `case.expect` whose value in `spec` differs (a quantity compared as its
+    string: the API server keeps `cpu: 1` a number), with the value found."""
+    out = {}
+    for dotted, expected in case.expect.items():
+        value: Any = spec
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        same = (str(value) == expected if isinstance(expected, str)
+                and isinstance(value, int | float) else value == expected)
+        if not same:
+            out[dotted] = value
+    return out

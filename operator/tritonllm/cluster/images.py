@@ -350,17 +350,19 @@ class Session:
     def bud(self, ref: str, *, files: Mapping[str, Path], dockerfile: str,
             args: Mapping[str, str], base: Base, wheels: Wheelhouse) -> None:
         base_ref = self.ensure_base(base)
-        # The base's manifest digest goes into the image's labels (org.opencontainers.image.base
-        # .digest), next to its name, whose tag is the base's content key. Not part of the key:
-        # the key already names the base's content.
-        args = {**args, "BASE_DIGEST": base_digest(self.buildah, base_ref)}
+        # Where the image comes from and what it carries, as labels: the base's name (its tag is
+        # the base's content key) and manifest digest, and the package list the Dockerfile
+        # writes. Not part of the image's key: the key already covers the base's content.
+        labels = {"org.opencontainers.image.base.name": base_ref,
+                  "org.opencontainers.image.base.digest": base_digest(self.buildah, base_ref),
+                  "io.tritonllm.packages": SBOM_PATH}
         house = self.ensure_wheels(wheels)
         name = ref.split("/")[-1].split(":")[0]
         log = self.logs / f"build-{name}.log"
         log.unlink(missing_ok=True)
         with self.context(files, house) as ctx:
             self.buildah.bud(ctx, dockerfile, ref, dict(args), log=log.name,
-                             progress=self.progress)
+                             progress=self.progress, labels=labels)
 
     def import_tar(self, ref: str, members: Sequence[Member], config: Sequence[str]) -> None:
         name = ref.split("/")[-1].split(":")[0]
