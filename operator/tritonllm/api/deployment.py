@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import constants as c
 from .spec import (
     DNS_LABEL_PATTERN,
+    GPU_PRODUCT_PATTERN,
     IMAGE_PATTERN,
     MODELOPT_FORMATS,
     NO_NUL_PATTERN,
@@ -116,6 +117,8 @@ _PATTERN_HINTS = {
     POSITIVE_QUANTITY_PATTERN: "must be a Kubernetes quantity above zero such as 8Gi, 500M or "
     "500m (an exponent of at most 18)",
     NO_NUL_PATTERN: "must not contain a NUL character",
+    GPU_PRODUCT_PATTERN: "must be a node label value (at most 63 letters, digits, '-', '_' or "
+    "'.', starting and ending with a letter or digit) such as NVIDIA-H100-80GB-HBM3",
     ONE_LINE_PATTERN: "must be one line without control characters (it is written into "
     "config.pbtxt)",
 

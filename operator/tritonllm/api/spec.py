@@ -26,9 +26,11 @@ IMAGE_PATTERN = (
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
 # hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path> (a directory on a PVC).
+# Each becomes a directory or a claim name: a Hub org or name of at most 96 characters (the Hub's
+# own limit), a claim name of at most 253, a path without control characters (NUL included).
 SOURCE_PATTERN = (
-    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
-    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/[^\s]+)$"
+    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+    r"|pvc://[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?/[^\s\x00-\x1f\x7f]+)$"
 )
 # A non-negative Kubernetes resource quantity: 8Gi, 500M, 1.5Ti, 500m, 1e3 (the API server's
 # grammar: a decimal number, then a binary suffix, a decimal suffix or a decimal exponent).
@@ -500,10 +502,15 @@ class ServingSpec(ApiModel):
 # --- placement, storage, scaling -----------------------------------------------------------
 
 
+# A non-empty label value: it is matched against the node label in a node affinity, which the API
+# server refuses (when it creates the build Job, long after admission) for anything else.
+GPU_PRODUCT_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+
+
 class GpuSpec(ApiModel):
     """The GPUs the engine is built on and served by (they must be the same product)."""
 
-    product: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    product: str | None = Field(default=None, max_length=63, pattern=GPU_PRODUCT_PATTERN)
     """Value of the node label nvidia.com/gpu.product (for example NVIDIA-H100-80GB-HBM3).
     Engines only load on the GPU architecture that built them, so set it in any cluster with
     more than one GPU type. Part of the engine key."""
@@ -559,6 +566,8 @@ AutoscalingMetric = Literal[
 
 Autoscaler = Literal["HPA", "KEDA"]
 METRIC_VALUE_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+# http(s)://host[:port][/path], no whitespace or control characters (NUL included).
+PROMETHEUS_URL_PATTERN = r"^https?://[^\s/?#\x00-\x1f\x7f]+(/[^\s?#\x00-\x1f\x7f]*)?$"
 
 
 class AutoscalingSpec(ApiModel):
@@ -601,7 +610,7 @@ class AutoscalingSpec(ApiModel):
     cooldownSeconds: int = Field(default=300, ge=0, le=86400)
     """KEDA: idle time before scaling from 1 to 0."""
     prometheusUrl: str | None = Field(
-        default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048
+        default=None, pattern=PROMETHEUS_URL_PATTERN, max_length=2048
     )
     """KEDA: the Prometheus that scrapes the serving pods (such as
     http://prometheus.monitoring:9090); defaults to the operator's TRITONLLM_PROMETHEUS_URL."""
@@ -820,7 +829,7 @@ class TritonLLMDeploymentSpec(ApiModel):
     image: str = Field(pattern=IMAGE_PATTERN, max_length=512)
     """The Triton TensorRT-LLM image that builds the engine and serves it, for example
     nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3. Its tag pins the TensorRT-LLM version."""
-    trtllmVersion: str | None = Field(default=None, pattern=VERSION_PATTERN)
+    trtllmVersion: str | None = Field(default=None, pattern=VERSION_PATTERN, max_length=64)
     """TensorRT-LLM version in the image, for images whose tag is not an NGC release tag
     (a mirror, a digest, a custom build). Empty derives it from the tag."""
     model: ModelSource
