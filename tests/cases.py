@@ -476,6 +476,9 @@ INVALID: list[Invalid] = [
     Invalid("env-lws-leader",
             cr({"podTemplate": {"env": [{"name": "LWS_LEADER_ADDRESS", "value": "x"}]}}),
             "podTemplate.env", says="must not set", extra={"class": "collision"}),
+    Invalid("node-selector-on-the-gpu-product",
+            cr({"podTemplate": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100"}}}),
+            "podTemplate.nodeSelector", says="set gpu.product", extra={"class": "collision"}),
     Invalid("env-twice",
             cr({"podTemplate": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"},
                                         {"name": "NCCL_DEBUG", "value": "WARN"}]}}),
@@ -702,7 +705,10 @@ class Accepted:
     @property
     def text(self) -> str:
         model = "" if "  model:" in self.spec else _MODEL
-        return _HEAD + _IMAGE + model + self.spec
+        doc = _HEAD + _IMAGE + model + self.spec
+        if self.id != "a-v1-list":
+            return doc
+        return "apiVersion: v1\nkind: List\nitems:\n- " + doc.replace("\n", "\n  ").rstrip() + "\n"
 
 
 ACCEPTED: list[Accepted] = [
@@ -739,6 +745,8 @@ ACCEPTED: list[Accepted] = [
               "podTemplate.shmSize": "1000000000"}),
     Accepted("keys-that-are-not-strings", "  podTemplate: {labels: {yes: a, 7: b}}\n",
              {"podTemplate.labels": {"true": "a", "7": "b"}}),
+    # `kubectl get -o yaml` of several objects, applied back as it is.
+    Accepted("a-v1-list", "  serving: {replicas: 2}\n", {"serving.replicas": 2}),
     Accepted("merge-key",
              "  podTemplate:\n    labels: &l {team: a}\n    annotations: {<<: *l, note: b}\n",
              {"podTemplate.annotations": {"team": "a", "note": "b"}}),

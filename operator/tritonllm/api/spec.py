@@ -756,6 +756,15 @@ ENV_RULES = (
     ),
 )
 
+NODE_SELECTOR_RULE = Rule(
+    cel=f"!has(self.nodeSelector) || !('{c.GPU_PRODUCT_LABEL}' in self.nodeSelector)",
+    message=f"podTemplate.nodeSelector must not select {c.GPU_PRODUCT_LABEL}: set gpu.product "
+    "instead (the operator adds that node affinity, and the product is part of the engine key: "
+    "an engine only loads on the GPU architecture that built it)",
+    check=lambda s: c.GPU_PRODUCT_LABEL not in s.nodeSelector,
+    field="nodeSelector",
+)
+
 _OPERATOR_KEYS_CEL = "[" + ", ".join(f"'{k}'" for k in c.OPERATOR_POD_KEYS) + "]"
 
 
@@ -820,6 +829,7 @@ class PodTemplate(ApiModel):
         _operator_keys_rule("labels"),
         _operator_keys_rule("annotations"),
         *ENV_RULES,
+        NODE_SELECTOR_RULE,
     )
 
 

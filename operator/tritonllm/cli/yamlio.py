@@ -170,6 +170,16 @@ def _bounded(doc: Any) -> Any:
 
 
 def load_all(text: str) -> list[Any]:
-    """Every non-empty document; duplicate keys and alias bombs raise StrictYamlError."""
+    """Every non-empty document (the items of a v1 List); duplicate keys and alias bombs raise
+    StrictYamlError."""
     docs = yaml.load_all(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    return [as_json(_bounded(d)) for d in docs if d is not None]
+    return [item for d in docs if d is not None for item in _items(as_json(_bounded(d)))]
+
+
+def _items(doc: Any) -> list[Any]:
+    """A `kind: List` (what `kubectl get -o yaml` writes for several objects) as its items, as
+    kubectl apply reads it; any other document as itself."""
+    if (isinstance(doc, dict) and doc.get("kind") == "List" and doc.get("apiVersion") == "v1"
+            and isinstance(doc.get("items"), list)):
+        return [item for item in doc["items"] if item is not None]
+    return [doc]
