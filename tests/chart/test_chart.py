@@ -97,6 +97,28 @@ def test_template_renders_a_kopf_peering_per_watched_namespace(helm: str) -> Non
 
 
 @pytest.mark.chart
+def test_image_digest_pins_the_operator_and_tools_image(helm: str) -> None:
+    digest = "sha256:" + "ab" * 32
+    images = {}
+    for sets in ((), ("image.tag=1.2.3", f"image.digest={digest}")):
+        (dep,) = [d for d in template(helm, *sets) if d["kind"] == "Deployment"]
+        (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+        tools = {e["name"]: e.get("value") for e in ctr["env"]}["TRITONLLM_TOOLS_IMAGE"]
+        images[bool(sets)] = (ctr["image"], tools)
+    assert images[False][0].startswith("ghcr.io/tritonllm/tritonllm:")
+    assert images[True] == (f"ghcr.io/tritonllm/tritonllm@{digest}",) * 2
+
+
+@pytest.mark.chart
+@pytest.mark.parametrize("digest", ["sha256:abc", "latest", "sha512:" + "a" * 128,
+                                    "sha256:" + "A" * 64])
+def test_image_digest_is_schema_checked(helm: str, digest: str) -> None:
+    args = ["template", "demo", str(CHART), *KUBE, "--set", f"image.digest={digest}"]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0 and "/image/digest" in proc.stderr, proc.stderr
+
+
+@pytest.mark.chart
 def test_template_refuses_replicas_without_peering(helm: str) -> None:
     args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering="]
     proc = run_helm(helm, *args, check=False)

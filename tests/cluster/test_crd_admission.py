@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cases import EXAMPLES, INVALID, Invalid, cr
+from tests.cases import ACCEPTED, EXAMPLES, INVALID, Accepted, Invalid, cr, stored_otherwise
 from tritonllm.cluster.autoscaling import install_keda_crds
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import fresh_namespace
@@ -110,6 +110,19 @@ def test_admission_rejects_invalid_objects(dry_run: DryRun, table_namespace: str
     assert leaf in message, message
     if case.says:
         assert case.says in message, message
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.id)
+def test_kubectl_stores_what_render_reads(cluster: LocalCluster, table_namespace: str,
+                                          case: Accepted) -> None:
+    """The same text through kubectl (its YAML parser) and the API server (pruning, defaults):
+    admitted, with the values `tritonllm render` reads (tests/unit/test_cli.py)."""
+    proc = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", table_namespace,
+                           "-f", "-", input=case.text, check=False)
+    assert proc.returncode == 0, proc.stderr
+    stored = json.loads(proc.stdout)
+    stored = stored["items"][0] if stored["kind"] == "List" else stored
+    assert stored_otherwise(stored["spec"], case) == {}
 
 
 def test_operator_only_cases_are_admitted(dry_run: DryRun, namespace: str) -> None:

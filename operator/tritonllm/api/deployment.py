@@ -17,8 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import constants as c
 from .spec import (
     DNS_LABEL_PATTERN,
+    GPU_PRODUCT_PATTERN,
     IMAGE_PATTERN,
     MODELOPT_FORMATS,
+    NO_NUL_PATTERN,
+    ONE_LINE_PATTERN,
+    POSITIVE_QUANTITY_PATTERN,
     QUANTITY_PATTERN,
     SOURCE_PATTERN,
     VERSION_PATTERN,
@@ -110,6 +114,14 @@ _PATTERN_HINTS = {
     "and @sha256:digest)",
     SOURCE_PATTERN: "must be hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path>",
     QUANTITY_PATTERN: "must be a Kubernetes quantity such as 8Gi or 500M",
+    POSITIVE_QUANTITY_PATTERN: "must be a Kubernetes quantity above zero such as 8Gi, 500M or "
+    "500m (an exponent of at most 18)",
+    NO_NUL_PATTERN: "must not contain a NUL character",
+    GPU_PRODUCT_PATTERN: "must be a node label value (at most 63 letters, digits, '-', '_' or "
+    "'.', starting and ending with a letter or digit) such as NVIDIA-H100-80GB-HBM3",
+    ONE_LINE_PATTERN: "must be one line without control characters (it is written into "
+    "config.pbtxt)",
+
     VERSION_PATTERN: "must be a version such as 0.13.0",
     NAME_PATTERN: f"must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
     f"letter, at most {c.MAX_NAME_LENGTH} characters)",
@@ -391,6 +403,17 @@ def _shape_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
     return errors
 
 
+def without_nulls(value: Any) -> Any:
+    """`value` without the fields that are null, as the API server prunes them from a custom
+    resource before defaulting (no field of the CRD is nullable): `credentials: null`,
+    `engine: ~` or an empty `tokenizer:` mean "not set", and the defaults apply."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
 def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
     """Validate a TritonLLMDeployment given as a dict (YAML, or the body kopf hands us).
 
@@ -406,12 +429,12 @@ def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
         errors.append(
             FieldError("apiVersion", f"must be {c.API_VERSION}, got {obj.get('apiVersion')!r}")
         )
-    body = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
+    body = without_nulls({"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")})
     if not isinstance(body["metadata"], dict):
         errors.append(FieldError("metadata", "must be a mapping with at least a name"))
-    if body["spec"] is None:
+    if body.get("spec") is None:
         errors.append(FieldError("spec", "is required"))
-    elif not isinstance(body["spec"], dict):
+    elif not isinstance(body.get("spec"), dict):
         errors.append(FieldError("spec", "must be a mapping"))
     if errors and any(e.field in ("metadata", "spec") for e in errors):
         raise InvalidDeployment(errors)
