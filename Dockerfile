@@ -39,6 +39,9 @@ RUN set -eu; \
       --shell /usr/sbin/nologin tritonllm
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /tritonllm.pyz /usr/local/share/tritonllm/tritonllm.pyz
+# The Debian package list, a package-level SBOM (docs/hardening.md); the local build labels the base.
+RUN mkdir -p /usr/share/tritonllm \
+    && dpkg-query -W -f '${Package}=${Version} ${Architecture}\n' | sort > /usr/share/tritonllm/packages.txt
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONDONTWRITEBYTECODE=1
 USER 65532:65532

@@ -388,6 +388,101 @@ INVALID: list[Invalid] = [
     ),
     Invalid("name-too-long", cr(metadata={"name": "a" * 45}), "metadata.name"),
     Invalid("name-starts-with-digit", cr(metadata={"name": "7b-llama"}), "metadata.name"),
+    # --- second round: what used to be admitted and failed later (docs/hardening.md) --------
+    # Zero quantities where something must be stored or run.
+    Invalid("cpu-zero", cr({"podTemplate": {"resources": {"cpu": "0"}}}),
+            "podTemplate.resources.cpu", extra={"class": "zero quantity"}),
+    Invalid("memory-zero-as-a-number", cr({"podTemplate": {"resources": {"memory": 0}}}),
+            "podTemplate.resources.memory", extra={"class": "zero quantity"}),
+    Invalid("memory-zero-point-zero", cr({"podTemplate": {"resources": {"memory": "0.0Gi"}}}),
+            "podTemplate.resources.memory", extra={"class": "zero quantity"}),
+    Invalid("shm-zero", cr({"podTemplate": {"shmSize": "0Gi"}}), "podTemplate.shmSize",
+            extra={"class": "zero quantity"}),
+    Invalid("claim-size-zero", cr({"storage": {"create": {"size": "0"}}}),
+            "storage.create.size", extra={"class": "zero quantity"}),
+    # Integers beyond int64 or beyond what the field downstream holds.
+    Invalid("run-as-user-beyond-int32", cr({"podTemplate": {"runAsUser": 2**31}}),
+            "podTemplate.runAsUser", extra={"class": "integer range"}),
+    Invalid("host-memory-beyond-int64", cr({"serving": {"kvCache": {"hostMemoryBytes": 2**63}}}),
+            "serving.kvCache.hostMemoryBytes", extra={"class": "integer range"}),
+    Invalid("kv-tokens-beyond-int32", cr({"serving": {"kvCache": {"maxTokens": 2**31}}}),
+            "serving.kvCache.maxTokens", extra={"class": "integer range"}),
+    Invalid("attention-window-beyond-int32",
+            cr({"serving": {"kvCache": {"maxAttentionWindowSize": 2**31}}}),
+            "serving.kvCache.maxAttentionWindowSize", extra={"class": "integer range"}),
+    Invalid("toleration-seconds-beyond-int64",
+            cr({"podTemplate": {"tolerations": [{"key": "gpu", "effect": "NoExecute",
+                                                 "tolerationSeconds": 2**63}]}}),
+            "podTemplate.tolerations[0].tolerationSeconds", extra={"class": "integer range"}),
+    Invalid("toleration-seconds-negative",
+            cr({"podTemplate": {"tolerations": [{"key": "gpu", "effect": "NoExecute",
+                                                 "tolerationSeconds": -1}]}}),
+            "podTemplate.tolerations[0].tolerationSeconds", extra={"class": "integer range"}),
+    Invalid("memory-exponent-overflow", cr({"podTemplate": {"resources": {"memory": "1e30"}}}),
+            "podTemplate.resources.memory", extra={"class": "integer range"}),
+    Invalid("memory-of-65-digits", cr({"podTemplate": {"resources": {"memory": "1" * 65}}}),
+            "podTemplate.resources.memory", extra={"class": "integer range"}),
+    # Strings that become keys, files, arguments or environments.
+    Invalid("secret-key-with-a-slash",
+            cr({"model": {"credentials": {"secretName": "hf", "key": "hf/token"}}}),
+            "model.credentials.key", says="Secret key", extra={"class": "string"}),
+    Invalid("secret-key-dotdot",
+            cr({"model": {"credentials": {"secretName": "hf", "key": ".."}}}),
+            "model.credentials.key", extra={"class": "string"}),
+    Invalid("secret-key-starting-with-dotdot",  # the kubelet's own ..data link of a volume
+            cr({"model": {"credentials": {"secretName": "hf", "key": "..data"}}}),
+            "model.credentials.key", extra={"class": "string"}),
+    Invalid("env-value-with-nul",
+            cr({"podTemplate": {"env": [{"name": "MODE", "value": "a\x00b"}]}}),
+            "podTemplate.env[0].value", extra={"class": "string"}),
+    Invalid("annotation-value-with-nul",
+            cr({"podTemplate": {"annotations": {"note": "a\x00b"}}}),
+            "podTemplate.annotations.note", extra={"class": "string"}),
+    Invalid("extra-parameter-with-a-newline",  # a second line of config.pbtxt
+            cr({"serving": {"extraParameters": {"gpu_device_ids": "0\nparameters {}"}}}),
+            "serving.extraParameters", extra={"class": "string"}),
+    Invalid("extra-parameter-with-an-escape",
+            cr({"serving": {"extraParameters": {"gpu_device_ids": "\x1b[2J"}}}),
+            "serving.extraParameters", extra={"class": "string"}),
+    Invalid("hf-name-longer-than-the-hub-allows",
+            cr({"model": {"source": "hf://meta-llama/" + "a" * 97}}),
+            "model.source", extra={"class": "string"}),
+    Invalid("pvc-path-with-nul", cr({"model": {"source": "pvc://models/llama\x00x"}}),
+            "model.source", extra={"class": "string"}),
+    Invalid("pvc-claim-longer-than-a-name", cr({"model": {"source": "pvc://" + "a" * 254 + "/x"}}),
+            "model.source", extra={"class": "string"}),
+    Invalid("gpu-product-leading-dash", cr({"gpu": {"product": "-H100"}}), "gpu.product",
+            extra={"class": "string"}),
+    Invalid("gpu-product-longer-than-a-label-value", cr({"gpu": {"product": "A" * 64}}),
+            "gpu.product", extra={"class": "string"}),
+    Invalid("prometheus-url-with-nul",
+            cr({"autoscaling": {"autoscaler": "KEDA", "maxReplicas": 2,
+                                "prometheusUrl": "http://prometheus\x00:9090"}}),
+            "autoscaling.prometheusUrl", extra={"class": "string"}),
+    Invalid("trtllm-version-of-65-characters", cr({"trtllmVersion": "1.2" + "a" * 62}),
+            "trtllmVersion", extra={"class": "string"}),
+    # Pod settings that collide with what the operator, mpirun, LWS or the device plugin set.
+    Invalid("env-home", cr({"podTemplate": {"env": [{"name": "HOME", "value": "/"}]}}),
+            "podTemplate.env", says="must not set", extra={"class": "collision"}),
+    Invalid("env-all-gpus-of-the-node",
+            cr({"podTemplate": {"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}}),
+            "podTemplate.env", says="must not set", extra={"class": "collision"}),
+    Invalid("env-token-in-plain-text",
+            cr({"podTemplate": {"env": [{"name": "HF_TOKEN", "value": "hf_x"}]}}),
+            "podTemplate.env", says="model.credentials", extra={"class": "collision"}),
+    Invalid("env-mpi-rank",
+            cr({"podTemplate": {"env": [{"name": "OMPI_COMM_WORLD_RANK", "value": "0"}]}}),
+            "podTemplate.env", says="must not set", extra={"class": "collision"}),
+    Invalid("env-lws-leader",
+            cr({"podTemplate": {"env": [{"name": "LWS_LEADER_ADDRESS", "value": "x"}]}}),
+            "podTemplate.env", says="must not set", extra={"class": "collision"}),
+    Invalid("node-selector-on-the-gpu-product",
+            cr({"podTemplate": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100"}}}),
+            "podTemplate.nodeSelector", says="set gpu.product", extra={"class": "collision"}),
+    Invalid("env-twice",
+            cr({"podTemplate": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                                        {"name": "NCCL_DEBUG", "value": "WARN"}]}}),
+            "podTemplate.env", says="twice", extra={"class": "collision"}),
     # Only the operator can tell these (no version table or GPU knowledge in the API server):
     Invalid(
         "unknown-image-version",
@@ -455,6 +550,78 @@ INVALID: list[Invalid] = [
         "spec.engine.quantization.format",
         admission=False,
         says="Blackwell",
+    ),
+    # What a version's build tools lack (tritonllm.api.toolflags, from the upstream tables).
+    Invalid(
+        "gemma-with-pipeline-parallelism",
+        cr(
+            {
+                "model": {"source": "hf://google/gemma-7b", "architecture": "gemma"},
+                "engine": {"parallelism": {"tensor": 2, "pipeline": 2}},
+                "gpu": {"perNode": 4},
+            }
+        ),
+        "spec.engine.parallelism.pipeline",
+        admission=False,
+        says="gemma/convert_checkpoint.py of TensorRT-LLM 0.13.0",
+    ),
+    Invalid(
+        "phi-tensor-parallel-on-0.10",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.06-trtllm-python-py3",
+                "model": {"source": "hf://microsoft/phi-3-mini", "architecture": "phi3"},
+                "engine": {"parallelism": {"tensor": 2}},
+                "gpu": {"perNode": 2},
+            }
+        ),
+        "spec.engine.parallelism",
+        admission=False,
+        says="TensorRT-LLM 0.10.0 has no tensor or pipeline parallelism options",
+    ),
+    Invalid(
+        "fp8-kv-cache-with-the-gpt-converter",
+        cr(
+            {
+                "model": {"architecture": "gpt2", "source": "hf://openai-community/gpt2"},
+                "engine": {"quantization": {"kvCacheDtype": "fp8"}},
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            }
+        ),
+        "spec.engine.quantization.kvCacheDtype",
+        admission=False,
+        says="has no --fp8_kv_cache",
+    ),
+    Invalid(
+        "architecture-auto-that-no-converter-of-0.9-can-convert",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+                "engine": {
+                    "parallelism": {"tensor": 1, "pipeline": 2},
+                    "quantization": {"kvCacheDtype": "fp8"},
+                },
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "perNode": 2},
+            }
+        ),
+        "spec.engine.quantization.kvCacheDtype",
+        admission=False,
+        says="llama/convert_checkpoint.py of TensorRT-LLM 0.9.0 has no --fp8_kv_cache",
+    ),
+    Invalid(
+        "calibration-dataset-on-0.9",
+        cr(
+            {
+                "image": "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+                "engine": {
+                    "quantization": {"format": "int4_awq", "calibrationDataset": "cnn_dailymail"}
+                },
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            }
+        ),
+        "spec.engine.quantization.calibrationDataset",
+        admission=False,
+        says="TensorRT-LLM 0.9.0 has no --calib_dataset",
     ),
     Invalid(
         "version-contradicts-image-tag",
@@ -552,3 +719,85 @@ BAD_YAML: list[tuple[str, str, str]] = [
     ("unknown-metadata-field", _GOOD.replace("{name: demo}", "{name: demo, nmespace: x}"),
      "metadata.nmespace: is not a field"),
 ]
+
+
+# What `kubectl apply` accepts and the API server stores, written the ways YAML allows: `tritonllm
+# render` must read each as kubectl does (go-yaml v2 through sigs.k8s.io/yaml, then the API
+# server's pruning of nulls) and agree on the values. (id, the spec's YAML lines, dotted paths
+# under spec -> the value stored; a quantity as its string).
+_HEAD = ("apiVersion: tritonllm.io/v1alpha1\nkind: TritonLLMDeployment\nmetadata: {name: demo}\n"
+         "spec:\n")
+_IMAGE = "  image: nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3\n"
+_MODEL = "  model: {source: hf://meta-llama/Llama-2-7b-hf}\n"
+
+
+@dataclass(frozen=True)
+class Accepted:
+    id: str
+    spec: str
+    expect: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        model = "" if "  model:" in self.spec else _MODEL
+        doc = _HEAD + _IMAGE + model + self.spec
+        if self.id != "a-v1-list":
+            return doc
+        return "apiVersion: v1\nkind: List\nitems:\n- " + doc.replace("\n", "\n  ").rstrip() + "\n"
+
+
+ACCEPTED: list[Accepted] = [
+    Accepted("yaml11-bool-y", "  serving: {streaming: y}\n", {"serving.streaming": True}),
+    Accepted("yaml11-bool-capital-n", "  engine: {plugins: {pagedContextFmha: N}}\n",
+             {"engine.plugins.pagedContextFmha": False}),
+    Accepted("integral-float-for-an-integer", "  engine: {parallelism: {tensor: 2.0}}\n",
+             {"engine.parallelism.tensor": 2}),
+    Accepted("integer-with-an-exponent", "  engine: {limits: {maxBatchSize: 1e2}}\n",
+             {"engine.limits.maxBatchSize": 100}),
+    Accepted("float-without-a-dot", "  serving: {kvCache: {freeGpuMemFraction: 5e-1}}\n",
+             {"serving.kvCache.freeGpuMemFraction": 0.5}),
+    Accepted("octal-with-0o", "  podTemplate: {runAsUser: 0o1750}\n",
+             {"podTemplate.runAsUser": 1000}),
+    Accepted("colon-number-is-text", "  podTemplate: {env: [{name: WINDOW, value: 10:30}]}\n",
+             {"podTemplate.env": [{"name": "WINDOW", "value": "10:30"}]}),
+    Accepted("date-is-text",
+             "  model: {source: hf://meta-llama/Llama-2-7b-hf, revision: 2024-01-01}\n",
+             {"model.revision": "2024-01-01"}),
+    Accepted("timestamp-is-text",
+             "  podTemplate: {annotations: {built: 2024-01-01T10:00:00Z}}\n",
+             {"podTemplate.annotations": {"built": "2024-01-01T10:00:00Z"}}),
+    Accepted("equals-sign-is-text", "  podTemplate: {env: [{name: SEP, value: =}]}\n",
+             {"podTemplate.env": [{"name": "SEP", "value": "="}]}),
+    Accepted("nulls-are-pruned",
+             "  model: {source: hf://meta-llama/Llama-2-7b-hf, revision: null, credentials: ~}\n"
+             "  engine: null\n  autoscaling: ~\n",
+             {"model.revision": "main", "engine.parallelism.tensor": 1}),
+    Accepted("empty-values-are-null", "  gpu:\n  networkPolicy:\n",
+             {"gpu.perNode": 8, "networkPolicy.enabled": True}),
+    Accepted("quantities-as-numbers",
+             "  podTemplate: {resources: {cpu: 1, memory: 4e9}, shmSize: 1e9}\n",
+             {"podTemplate.resources.cpu": "1", "podTemplate.resources.memory": "4000000000",
+              "podTemplate.shmSize": "1000000000"}),
+    Accepted("keys-that-are-not-strings", "  podTemplate: {labels: {yes: a, 7: b}}\n",
+             {"podTemplate.labels": {"true": "a", "7": "b"}}),
+    # `kubectl get -o yaml` of several objects, applied back as it is.
+    Accepted("a-v1-list", "  serving: {replicas: 2}\n", {"serving.replicas": 2}),
+    Accepted("merge-key",
+             "  podTemplate:\n    labels: &l {team: a}\n    annotations: {<<: *l, note: b}\n",
+             {"podTemplate.annotations": {"team": "a", "note": "b"}}),
+]
+
+
+def stored_otherwise(spec: dict[str, Any], case: Accepted) -> dict[str, Any]:
+    """The paths of `case.expect` whose value in `spec` differs (a quantity compared as its
+    string: the API server keeps `cpu: 1` a number), with the value found."""
+    out = {}
+    for dotted, expected in case.expect.items():
+        value: Any = spec
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        same = (str(value) == expected if isinstance(expected, str)
+                and isinstance(value, int | float) else value == expected)
+        if not same:
+            out[dotted] = value
+    return out

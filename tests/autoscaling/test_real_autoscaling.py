@@ -4,9 +4,9 @@ prometheus-adapter, KEDA from zero behind the HAProxy activator, and the operato
 a replica count.
 
 Real: every pod of the serving path (tritonserver from the stand-in image, HAProxy from Debian),
-kube-proxy's Service rules, Prometheus (Debian's) scraping the pods over the host's bridge, the
-chart's rules files as shipped, prometheus-adapter and KEDA (built from their Go modules), the
-HPA controller, the operator. Simulated: the GPUs (the stand-in answers on CPU, one token per
+kube-proxy's Service rules, Prometheus scraping the pods over the host's bridge, the chart's
+rules files as shipped, Prometheus, prometheus-adapter and KEDA (built from their Go modules),
+the HPA controller, the operator. Simulated: the GPUs (the stand-in answers on CPU, one token per
 TRITONLLM_STANDIN_TOKEN_DELAY seconds so that requests queue), and in the multi-node case the
 group's pods, which are kwok pods whose serving metric comes from an exporter in this test.
 
@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 import yaml
 from bench.autoscaling import Load, burst, summary
+
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
-from tritonllm.cluster.autoscaling import AutoscalingStack
-
 from tritonllm.api import constants as c
 from tritonllm.cluster import images
+from tritonllm.cluster.autoscaling import AutoscalingStack
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.node import REGISTRY_ADDR
 from tritonllm.cluster.testing import fresh_namespace, wait_for
@@ -178,12 +178,19 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
     cr = _ready(env, name)
     assert cr["status"]["scaling"]["autoscaler"] == "KEDA"
     # KEDA made its own HPA; the operator made none.
-    hpas = {h["metadata"]["name"] for h in env.kubectl_json("get", "hpa")["items"]}
-    assert f"keda-hpa-{name}" in hpas and name not in hpas, hpas
+    def hpas() -> set[str]:
+        return {h["metadata"]["name"] for h in env.kubectl_json("get", "hpa")["items"]}
+
+    wait_for(lambda: f"keda-hpa-{name}" in hpas(), timeout=60, interval=0.5,
+             what="KEDA's HPA for the ScaledObject")
+    assert name not in hpas()
     # Idle: KEDA takes it to zero after cooldownSeconds; the activator stays.
     _wait_replicas(env, name, 0, 180, "KEDA scales the idle deployment to zero")
-    activator = env.kubectl_json("get", "deployment", f"{name}-activator")
-    assert activator["status"].get("readyReplicas") == 2, activator["status"]
+    def activator_ready() -> bool:
+        status = env.kubectl_json("get", "deployment", f"{name}-activator")["status"]
+        return bool(status.get("readyReplicas") == 2)
+
+    wait_for(activator_ready, timeout=120, interval=0.5, what="the activator's two pods Ready")
     url = env.url(name)  # the Service clients always use: now the activator's pods
 
     t0 = time.monotonic()

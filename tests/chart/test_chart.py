@@ -97,6 +97,28 @@ def test_template_renders_a_kopf_peering_per_watched_namespace(helm: str) -> Non
 
 
 @pytest.mark.chart
+def test_image_digest_pins_the_operator_and_tools_image(helm: str) -> None:
+    digest = "sha256:" + "ab" * 32
+    images = {}
+    for sets in ((), ("image.tag=1.2.3", f"image.digest={digest}")):
+        (dep,) = [d for d in template(helm, *sets) if d["kind"] == "Deployment"]
+        (ctr,) = dep["spec"]["template"]["spec"]["containers"]
+        tools = {e["name"]: e.get("value") for e in ctr["env"]}["TRITONLLM_TOOLS_IMAGE"]
+        images[bool(sets)] = (ctr["image"], tools)
+    assert images[False][0].startswith("ghcr.io/tritonllm/tritonllm:")
+    assert images[True] == (f"ghcr.io/tritonllm/tritonllm@{digest}",) * 2
+
+
+@pytest.mark.chart
+@pytest.mark.parametrize("digest", ["sha256:abc", "latest", "sha512:" + "a" * 128,
+                                    "sha256:" + "A" * 64])
+def test_image_digest_is_schema_checked(helm: str, digest: str) -> None:
+    args = ["template", "demo", str(CHART), *KUBE, "--set", f"image.digest={digest}"]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0 and "/image/digest" in proc.stderr, proc.stderr
+
+
+@pytest.mark.chart
 def test_template_refuses_replicas_without_peering(helm: str) -> None:
     args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering="]
     proc = run_helm(helm, *args, check=False)
@@ -163,15 +185,17 @@ OPERATOR_VERBS = {
     "tritonllmengines": {"list", "watch", "create", "patch", "delete"},
     "tritonllmengines/status": {"patch"},
     "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
-    "services": {"get", "list", "watch", "create", "patch"},
+    "services": {"get", "list", "watch", "create", "patch", "delete"},
     "jobs": {"get", "list", "watch", "create", "patch", "delete"},
-    "deployments": {"get", "list", "watch", "create", "patch"},
+    "deployments": {"get", "list", "watch", "create", "patch", "delete"},
     "leaderworkersets": {"get", "list", "watch", "create", "patch"},
     "deployments/scale": {"patch"},
     "leaderworkersets/scale": {"patch"},
     "horizontalpodautoscalers": {"get", "list", "watch", "create", "patch", "delete"},
     "poddisruptionbudgets": {"get", "list", "watch", "create", "patch", "delete"},
     "networkpolicies": {"get", "list", "watch", "create", "patch", "delete"},
+    "scaledobjects": {"get", "list", "watch", "create", "patch", "delete"},
+    "podmonitors": {"get", "list", "watch", "create", "patch", "delete"},
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
     "secrets": {"get", "create"},
     "pods": {"list"},
@@ -256,7 +280,7 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
         assert can("patch", "services") and can("create", "networkpolicies")
         assert not can("patch", "secrets") and not can("delete", "persistentvolumeclaims")
         assert can("get", "secrets") and not can("list", "secrets") and not can("watch", "secrets")
-        assert not can("delete", "services") and not can("create", "pods/exec")
+        assert not can("delete", "leaderworkersets") and not can("create", "pods/exec")
         assert not can("get", "secrets", "kube-system") and not can("list", "configmaps", None)
         token = cluster.kubectl("create", "token", f"{release}-tritonllm", "-n", namespace,
                                 "--duration=1h").stdout.strip()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cases import EXAMPLES, INVALID, Invalid, cr
+from tests.cases import ACCEPTED, EXAMPLES, INVALID, Accepted, Invalid, cr, stored_otherwise
+from tritonllm.cluster.autoscaling import install_keda_crds
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.testing import fresh_namespace
 
@@ -111,6 +112,19 @@ def test_admission_rejects_invalid_objects(dry_run: DryRun, table_namespace: str
         assert case.says in message, message
 
 
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.id)
+def test_kubectl_stores_what_render_reads(cluster: LocalCluster, table_namespace: str,
+                                          case: Accepted) -> None:
+    """The same text through kubectl (its YAML parser) and the API server (pruning, defaults):
+    admitted, with the values `tritonllm render` reads (tests/unit/test_cli.py)."""
+    proc = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", table_namespace,
+                           "-f", "-", input=case.text, check=False)
+    assert proc.returncode == 0, proc.stderr
+    stored = json.loads(proc.stdout)
+    stored = stored["items"][0] if stored["kind"] == "List" else stored
+    assert stored_otherwise(stored["spec"], case) == {}
+
+
 def test_operator_only_cases_are_admitted(dry_run: DryRun, namespace: str) -> None:
     """What the API server cannot know (image versions, GPU architectures, checkpoint shapes)
     is the operator's to report; these objects must reach it."""
@@ -137,9 +151,11 @@ def test_rendered_objects_pass_server_dry_run(cluster: LocalCluster, namespace: 
                                               path) -> None:
     render = subprocess.run(
         [sys.executable, "-m", "tritonllm.cli.main", "render", "-f", str(path),
-         "--namespace", namespace],
+         "--namespace", namespace, "--prometheus-url", "http://prometheus.monitoring:9090"],
         capture_output=True, text=True, check=True,
     )
+    if "kind: ScaledObject" in render.stdout:  # KEDA's kind: its CRDs, as in a cluster with KEDA
+        install_keda_crds(cluster)
     example = yaml.safe_load(path.read_text())
     example["metadata"]["namespace"] = namespace
     stream = render.stdout + "---\n" + yaml.safe_dump(example)

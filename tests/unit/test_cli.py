@@ -9,8 +9,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cases import BAD_YAML, EXAMPLES, INVALID, Invalid, cr
+from tests.cases import (
+    ACCEPTED,
+    BAD_YAML,
+    EXAMPLES,
+    INVALID,
+    Accepted,
+    Invalid,
+    cr,
+    stored_otherwise,
+)
+from tritonllm.api.deployment import parse_deployment
 from tritonllm.cli.main import main
+from tritonllm.cli.yamlio import load_all
 
 
 def render(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -103,3 +114,33 @@ def test_render_is_as_strict_as_the_api_server(capsys: pytest.CaptureFixture[str
     assert (code, out) == (2, ""), err
     assert says in err, err
     assert "Traceback" not in err and err.startswith("error: ")
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.id)
+def test_render_accepts_what_kubectl_applies(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path, case: Accepted) -> None:
+    """Each way of writing a value that kubectl reads (go-yaml v2, then the API server's null
+    pruning) renders, with the value the API server stores (the cluster tier checks that)."""
+    path = tmp_path / "cr.yaml"
+    path.write_text(case.text)
+    code, out, err = render(capsys, "-f", str(path))
+    assert (code, err) == (0, ""), err
+    assert out.count("kind: Service\n") >= 1
+    assert stored_otherwise(parse_deployment(load_all(case.text)[0]).spec.to_wire(), case) == {}
+
+
+def test_plain_pyyaml_reads_every_accepted_case_otherwise() -> None:
+    """The table is not vacuous: YAML 1.1 as PyYAML reads it disagrees with kubectl on each
+    case but the null ones (the API server's pruning, not the parser, makes those equal) and
+    the merge key."""
+    differs = []
+    for case in ACCEPTED:
+        try:
+            plain = yaml.safe_load(case.text)
+        except yaml.YAMLError:  # `=` is a tag PyYAML cannot construct
+            plain = None
+        differs.append(repr(plain) != repr(load_all(case.text)[0]))  # 2.0 is not 2
+    # PyYAML reads merge keys as go-yaml does (our duplicate-key check used to refuse them).
+    nulls = {"nulls-are-pruned", "empty-values-are-null", "merge-key"}
+    assert [c.id for c, d in zip(ACCEPTED, differs, strict=True) if not d] == [
+        c.id for c in ACCEPTED if c.id in nulls]

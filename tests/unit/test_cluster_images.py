@@ -3,6 +3,7 @@ contexts, apt sources, pip targets, tarballs; and the CLI without the cluster to
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import tarfile
@@ -192,3 +193,65 @@ def test_parse_size_reads_buildahs_human_sizes() -> None:
     assert oci.parse_size("775 kB") == oci.parse_size("775 KB") == 775_000
     assert oci.parse_size("1.25 GB") == 1_250_000_000
     assert oci.megabytes(775_000) == "0.8 MB" and oci.megabytes(260_000_000) == "260 MB"
+
+
+DOCKERFILES = ("Dockerfile", "images/activator/Dockerfile", "images/triton-standin/Dockerfile")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES)
+def test_every_image_writes_its_package_list_as_root(dockerfile: str) -> None:
+    final = (ROOT / dockerfile).read_text().rsplit("\nFROM ", 1)[1]
+    sbom_at = final.index(f"| sort > {images.SBOM_PATH}")
+    assert "dpkg-query -W" in final[:sbom_at]
+    assert "USER " not in final[:sbom_at]
+
+
+def test_the_package_list_command_runs_on_debian(tmp_path: Path) -> None:
+    """The Dockerfiles' own dpkg-query line, run on this (Debian) host: one `name=version arch`
+    line per installed package, sorted."""
+    final = (ROOT / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    line = next(x for x in final.splitlines() if "dpkg-query -W" in x).strip()
+    command = line.removeprefix("&& ").replace(images.SBOM_PATH, str(tmp_path / "packages.txt"))
+    subprocess.run(["sh", "-c", command], check=True)
+    rows = (tmp_path / "packages.txt").read_text().splitlines()
+    assert rows == sorted(rows) and len(rows) > 50
+    assert any(r.startswith("dpkg=") for r in rows)
+    assert all(len(r.split("=", 1)[1].split(" ")) == 2 for r in rows)
+
+
+class RecordingBuildah:
+    """Stands in for buildah (no image is built): answers `inspect` with a digest and records
+    the build arguments `bud` is given."""
+
+    def __init__(self, digest: str) -> None:
+        self.digest, self.builds = digest, []
+
+    def inspect(self, ref: str) -> dict:
+        return {"FromImageDigest": self.digest}
+
+    def bud(self, ctx, dockerfile, ref, args, *, log, progress, labels) -> None:
+        self.builds.append((dockerfile, ref, args, labels))
+
+
+def test_the_build_labels_the_bases_digest_without_changing_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = "sha256:" + "1" * 64
+    session = object.__new__(images.Session)
+    session.progress, session.logs, session.mirrors = (lambda _m: None), tmp_path, []
+    session._buildah = RecordingBuildah(digest)
+    monkeypatch.setattr(images.Session, "ensure_base", lambda self, base: self.base_ref(base))
+    monkeypatch.setattr(images.Session, "ensure_wheels", lambda self, w: tmp_path)
+    monkeypatch.setattr(images.Session, "context",
+                        lambda self, files, wheels: contextlib.nullcontext(tmp_path))
+    recipe = images.activator_recipe(session)
+    recipe.build(session, recipe.local)
+    ((dockerfile, ref, args, labels),) = session._buildah.builds
+    assert (dockerfile, ref) == ("images/activator/Dockerfile", recipe.local)
+    assert labels == {"org.opencontainers.image.base.name": args["BASE"],
+                      "org.opencontainers.image.base.digest": digest,
+                      "io.tritonllm.packages": images.SBOM_PATH}
+    assert args["BASE"].startswith("localhost/tritonllm/base-activator:")
+    assert images.activator_recipe(session).key == recipe.key
+    session._buildah = RecordingBuildah("")
+    with pytest.raises(oci.ImageError, match="no manifest digest"):
+        recipe.build(session, recipe.local)

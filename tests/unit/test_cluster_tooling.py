@@ -135,6 +135,10 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         "local-path",
         "pause",  # the real node
         "argocd",  # the GitOps tier
+        "prometheus",
+        "prometheus-adapter",
+        "keda",
+        "prometheus-operator-crds",  # the autoscaling tier
     }
     assert main(["--list"]) == 0
     with pytest.raises(SystemExit):

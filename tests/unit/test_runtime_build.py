@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.cases import EXAMPLES
+from tests.cases import EXAMPLES, ROOT
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
 from tests.helpers import render_example
-from tritonllm.render import Rendered
+from tritonllm.api.deployment import parse_deployment
+from tritonllm.render import Rendered, render_all
 from tritonllm.runtime import common
 
 __all__ = ["image", "pyz"]  # fixtures
@@ -77,14 +79,15 @@ GOLDEN: dict[str, list[str]] = {
         "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
         "--kv_cache_type paged --workers 2",
     ],
-    # 16 ranks built in turn on one node's 8 GPUs.
+    # 16 ranks built in turn on one node's 8 GPUs; TensorRT-LLM 0.11 has --max_seq_len but not
+    # yet --kv_cache_type (0.13).
     "llama-70b-multinode": [
         "python3 {X}/models/core/llama/convert_checkpoint.py --model_dir {W} --output_dir {C} "
         "--dtype bfloat16 --tp_size 8 --pp_size 2",
         "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 32 "
         "--max_input_len 4096 --max_seq_len 8192 --max_num_tokens 16384 --max_beam_width 1 "
         "--gemm_plugin bfloat16 --gpt_attention_plugin bfloat16 --use_paged_context_fmha enable "
-        "--kv_cache_type paged --workers 8",
+        "--paged_kv_cache enable --workers 8",
     ],
 }
 
@@ -510,3 +513,36 @@ def test_build_refuses_a_cached_engine_changed_since_its_build(image: FakeImage)
     assert code == common.EXIT_MISMATCH, log
     assert "was changed after its build (rank0.engine has another sha256" in log
     assert "kubectl delete tllme" in log
+
+
+def _auto_kv_fp8_plan(img: FakeImage) -> dict[str, Any]:
+    """gpt2-medium with architecture auto and an fp8 KV cache: llama's converter has
+    --fp8_kv_cache, gpt's has none, so the plan carries an argv for one and a refusal for the
+    other, and the build decides from config.json."""
+    obj = yaml.safe_load((ROOT / "examples" / "gpt2-medium.yaml").read_text())
+    obj["spec"]["model"]["architecture"] = "auto"
+    obj["spec"]["engine"]["quantization"] = {"kvCacheDtype": "fp8"}
+    plan = build_plan_for(render_all(parse_deployment(obj)), img)
+    img.set_trtllm_version(plan["trtllmVersion"])
+    return plan
+
+
+def test_build_with_architecture_auto_runs_the_argv_of_the_converter_it_maps_to(
+    image: FakeImage,
+) -> None:
+    plan = _auto_kv_fp8_plan(image)
+    code, log = run_build(image, plan, FAKE_ARCH="LlamaForCausalLM")
+    assert code == 0, log
+    convert = image.commands()[0]
+    assert convert[1] == f"{image.examples}/models/core/llama/convert_checkpoint.py"
+    assert convert[-1] == "--fp8_kv_cache"
+
+
+def test_build_with_architecture_auto_refuses_a_converter_that_lacks_a_flag(
+    image: FakeImage,
+) -> None:
+    plan = _auto_kv_fp8_plan(image)
+    code, log = run_build(image, plan, FAKE_ARCH="GPT2LMHeadModel")
+    assert code == common.EXIT_NO_CONVERTER, log
+    assert "gpt/convert_checkpoint.py of TensorRT-LLM 1.2.1 has no --fp8_kv_cache" in log
+    assert image.commands() == []

@@ -16,7 +16,15 @@ app.kubernetes.io/component: operator
 {{- define "tritonllm.serviceAccount" -}}
 {{- if .Values.serviceAccount.create -}}{{ default (include "tritonllm.fullname" .) .Values.serviceAccount.name }}{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
 {{- end -}}
-{{- define "tritonllm.image" -}}{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}{{- end -}}
+{{- /* repo:tag, or repo@sha256:... when image.digest pins the exact content (the tag then
+only documents it: the digest decides what runs). */ -}}
+{{- define "tritonllm.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
 {{- /* The operator's rules on namespaced kinds: a Role per watched namespace, or the
 ClusterRole when it watches them all. */}}
 {{- define "tritonllm.namespacedRules" -}}

@@ -19,7 +19,12 @@ from . import fit
 from .reasons import DOES_NOT_FIT
 from .spec import (
     DNS_LABEL_PATTERN,
+    GPU_PRODUCT_PATTERN,
     IMAGE_PATTERN,
+    MODELOPT_FORMATS,
+    NO_NUL_PATTERN,
+    ONE_LINE_PATTERN,
+    POSITIVE_QUANTITY_PATTERN,
     QUANTITY_PATTERN,
     SOURCE_PATTERN,
     VERSION_PATTERN,
@@ -27,6 +32,13 @@ from .spec import (
     rule_violations,
 )
 from .status import FitRow, FitStatus, TritonLLMDeploymentStatus
+from .toolflags import (
+    ARCHITECTURE_DIRS,
+    CALIB_DATASET_SINCE,
+    CONVERTERS,
+    QUANTIZE_FORMAT_SINCE,
+    converter_problems,
+)
 from .versions import (
     LLMAPI_SINCE,
     NEWEST_ENGINE_PATH,
@@ -105,6 +117,14 @@ _PATTERN_HINTS = {
     "and @sha256:digest)",
     SOURCE_PATTERN: "must be hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path>",
     QUANTITY_PATTERN: "must be a Kubernetes quantity such as 8Gi or 500M",
+    POSITIVE_QUANTITY_PATTERN: "must be a Kubernetes quantity above zero such as 8Gi, 500M or "
+    "500m (an exponent of at most 18)",
+    NO_NUL_PATTERN: "must not contain a NUL character",
+    GPU_PRODUCT_PATTERN: "must be a node label value (at most 63 letters, digits, '-', '_' or "
+    "'.', starting and ending with a letter or digit) such as NVIDIA-H100-80GB-HBM3",
+    ONE_LINE_PATTERN: "must be one line without control characters (it is written into "
+    "config.pbtxt)",
+
     VERSION_PATTERN: "must be a version such as 0.13.0",
     NAME_PATTERN: f"must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
     f"letter, at most {c.MAX_NAME_LENGTH} characters)",
@@ -226,14 +246,8 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     f"the image has {version}: use runtime engine or a newer image",
                 )
             )
-        fmt = spec.engine.quantization.format
-        if fmt == "nvfp4" and version < TrtllmVersion("0.17.0"):
-            errors.append(
-                FieldError(
-                    "spec.engine.quantization.format",
-                    f"nvfp4 needs TensorRT-LLM >= 0.17 (the image has {version})",
-                )
-            )
+        if spec.runtime == "engine":
+            errors += _tool_errors(spec, version)
     if spec.runtime == "llmapi" and spec.world_size > spec.gpu.perNode:
         errors.append(
             FieldError(
@@ -256,6 +270,50 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     "podTemplate.resources.memory",
                 )
             )
+    return errors
+
+
+def _tool_errors(spec: TritonLLMDeploymentSpec, version: TrtllmVersion) -> list[FieldError]:
+    """What the build tools of `version` cannot do for this spec (tritonllm.api.toolflags, read
+    off the upstream option tables): a quantize.py format or option, or a converter flag."""
+    q = spec.engine.quantization
+    errors: list[FieldError] = []
+    if q.format in MODELOPT_FORMATS:
+        since = QUANTIZE_FORMAT_SINCE[q.format]
+        if version < since:
+            errors.append(
+                FieldError(
+                    "spec.engine.quantization.format",
+                    f"{q.format} needs TensorRT-LLM >= {since} (quantize.py of the image's "
+                    f"{version} has no --qformat {q.format})",
+                )
+            )
+        if q.calibrationDataset and version < CALIB_DATASET_SINCE:
+            errors.append(
+                FieldError(
+                    "spec.engine.quantization.calibrationDataset",
+                    f"quantize.py of TensorRT-LLM {version} has no --calib_dataset (it exists "
+                    f"since {CALIB_DATASET_SINCE}); remove it to use the tool's default dataset",
+                )
+            )
+        return errors
+    arch = spec.model.architecture
+    # auto: the converter is known only at build time, which refuses there; here only when
+    # no converter at all could do it.
+    dirs = sorted(set(ARCHITECTURE_DIRS.values())) if arch == "auto" else [ARCHITECTURE_DIRS[arch]]
+    found = {
+        d: converter_problems(
+            CONVERTERS[d],
+            version,
+            tp=spec.engine.parallelism.tensor,
+            pp=spec.engine.parallelism.pipeline,
+            weight_only=q.format in ("int8_wo", "int4_wo"),
+            kv=q.kvCacheDtype,
+        )
+        for d in dirs
+    }
+    if all(found.values()):
+        errors += [FieldError(field, why) for problems in found.values() for field, why in problems]
     return errors
 
 
@@ -385,6 +443,17 @@ def _resolve_auto(dep: TritonLLMDeployment) -> TritonLLMDeployment:
     return dep.model_copy(update={"spec": spec.model_copy(update={"engine": engine})})
 
 
+def without_nulls(value: Any) -> Any:
+    """`value` without the fields that are null, as the API server prunes them from a custom
+    resource before defaulting (no field of the CRD is nullable): `credentials: null`,
+    `engine: ~` or an empty `tokenizer:` mean "not set", and the defaults apply."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
 def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
     """Validate a TritonLLMDeployment given as a dict (YAML, or the body kopf hands us).
 
@@ -400,12 +469,12 @@ def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
         errors.append(
             FieldError("apiVersion", f"must be {c.API_VERSION}, got {obj.get('apiVersion')!r}")
         )
-    body = {"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")}
+    body = without_nulls({"metadata": obj.get("metadata") or {}, "spec": obj.get("spec")})
     if not isinstance(body["metadata"], dict):
         errors.append(FieldError("metadata", "must be a mapping with at least a name"))
-    if body["spec"] is None:
+    if body.get("spec") is None:
         errors.append(FieldError("spec", "is required"))
-    elif not isinstance(body["spec"], dict):
+    elif not isinstance(body.get("spec"), dict):
         errors.append(FieldError("spec", "must be a mapping"))
     if errors and any(e.field in ("metadata", "spec") for e in errors):
         raise InvalidDeployment(errors)

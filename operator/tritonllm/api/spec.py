@@ -26,14 +26,24 @@ IMAGE_PATTERN = (
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
 # hf://<org>/<name> (Hugging Face Hub) or pvc://<claim>/<path> (a directory on a PVC).
+# Each becomes a directory or a claim name: a Hub org or name of at most 96 characters (the Hub's
+# own limit), a claim name of at most 253, a path without control characters (NUL included).
 SOURCE_PATTERN = (
-    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*"
-    r"|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/[^\s]+)$"
+    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
+    r"|pvc://[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?/[^\s\x00-\x1f\x7f]+)$"
 )
 # A non-negative Kubernetes resource quantity: 8Gi, 500M, 1.5Ti, 500m, 1e3 (the API server's
 # grammar: a decimal number, then a binary suffix, a decimal suffix or a decimal exponent).
 QUANTITY_PATTERN = (
     r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
+# The same grammar above zero: every quantity of the spec sizes something that must exist (CPU
+# and memory of a pod, /dev/shm, a claim); a zero limit reads as "no limit" to the kubelet, a
+# zero /dev/shm as unbounded, and a claim of 0 is refused only when created. The exponent is at
+# most 18 (1e18 is an exabyte; 1e30 bytes is nothing the kubelet can hold in an int64).
+POSITIVE_QUANTITY_PATTERN = (
+    r"^\+?([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?(1[0-8]|0?[0-9]))?$"
 )
 # Label and annotation keys: an optional DNS-subdomain prefix and '/', then a name of at most 63
 # characters (alphanumeric at both ends; '-', '_', '.' inside).
@@ -55,10 +65,21 @@ def _quantity_to_str(v: Any) -> Any:
 
 Quantity = Annotated[
     str,
-    StringConstraints(pattern=QUANTITY_PATTERN),
+    StringConstraints(pattern=POSITIVE_QUANTITY_PATTERN, max_length=64),
     BeforeValidator(_quantity_to_str),
-    Field(json_schema_extra={"x-quantity": True}),
+    # x-quantity: integer or string in the CRD; a number written as such must be at least 1.
+    Field(json_schema_extra={"x-quantity": True, "minimum": 1}),
 ]
+# Integers that end up in the pod spec or in TensorRT-LLM's executor config: Kubernetes user ids
+# are 0..2^31-1, TensorRT-LLM's token counts 32-bit signed (SizeType32); byte counts and seconds
+# stop at 2^53-1, the largest integer every JSON reader keeps exact (the API server reads a
+# schema's `maximum` as a float64, so int64's own bound cannot even be written there).
+INT32_MAX = 2**31 - 1
+JSON_INT_MAX = 2**53 - 1
+# Text that reaches a file, a command line or a process environment: no NUL (no C string or
+# environment can hold one) and, for one-line values, no control characters at all.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+ONE_LINE_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 DnsSubdomain = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
 LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
@@ -99,7 +120,7 @@ LabelMap = Annotated[
     ),
 ]
 AnnotationMap = Annotated[
-    dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]],
+    dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE, pattern=NO_NUL_PATTERN)]],
     Field(max_length=MAX_MAP_ENTRIES),
     *cel_check(
         f"self.all(k, k.size() <= 317 && k.matches('{LABEL_KEY_PATTERN}'))",
@@ -204,13 +225,29 @@ DatasetPath = Annotated[
 ]
 
 
+# A Secret (or ConfigMap) key as the API server validates it: [-._a-zA-Z0-9]+, not '.' or '..' and
+# not starting with '..'. A key outside it is refused only when the pod that mounts it is created.
+SECRET_KEY_PATTERN = r"^([-_a-zA-Z0-9]|[.][-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
+SecretKey = Annotated[
+    str,
+    Field(min_length=1, max_length=253),
+    *cel_check(
+        f"self.matches('{SECRET_KEY_PATTERN}')",
+        "must be a Secret key: letters, digits, '-', '_' and '.', not '.' or '..' and not "
+        "starting with '..'",
+        lambda v: bool(re.fullmatch(SECRET_KEY_PATTERN, v)),
+    ),
+]
+
+
 class Credentials(ApiModel):
     """Where the Hugging Face token lives."""
 
     secretName: DnsSubdomain
     """Name of a Secret in the deployment's namespace holding the token."""
-    key: str = Field(default="HF_TOKEN", min_length=1, max_length=253)
-    """Key in that Secret whose value is the token."""
+    key: SecretKey = "HF_TOKEN"
+    """Key in that Secret whose value is the token (a Secret key: letters, digits, '-', '_' and
+    '.', not '.' or '..' nor starting with '..')."""
 
 
 class Tokenizer(ApiModel):
@@ -270,7 +307,10 @@ class Quantization(ApiModel):
     awqBlockSize: Literal[64, 128] = 128
     """Group size for AWQ formats (quantize.py --awq_block_size)."""
     kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
-    """KV-cache quantization; none keeps the model dtype."""
+    """KV-cache quantization; none keeps the model dtype. With format none, int8_wo or int4_wo
+    the model's convert_checkpoint.py does it, and not every one can (fp8: llama since 0.12;
+    int8: gpt, llama, qwen, and gemma from 0.13; neither for phi and falcon): the operator refuses
+    what the image's version lacks. The ModelOpt formats quantize the KV cache in any version."""
     calibrationSize: int = Field(default=512, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
     calibrationDataset: DatasetPath | None = None
@@ -387,16 +427,16 @@ class KvCache(ApiModel):
     freeGpuMemFraction: float = Field(default=0.9, gt=0, le=1)
     """Fraction of GPU memory left free after the engine loads that the KV cache may take
     (kv_cache_free_gpu_mem_fraction). Lower it when other things share the GPU."""
-    maxTokens: int | None = Field(default=None, ge=1)
+    maxTokens: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Cap on tokens in the paged KV cache (max_tokens_in_paged_kv_cache); empty means only the
     fraction applies."""
-    maxAttentionWindowSize: int | None = Field(default=None, ge=1)
+    maxAttentionWindowSize: int | None = Field(default=None, ge=1, le=INT32_MAX)
     """Tokens attended to per generated token (max_attention_window_size); empty means the
     engine's max sequence length. Smaller values enable sliding-window attention."""
     enableReuse: bool = False
     """Reuse KV blocks across requests that share a prefix (enable_kv_cache_reuse); needs
     engine.plugins.pagedContextFmha."""
-    hostMemoryBytes: int = Field(default=0, ge=0)
+    hostMemoryBytes: int = Field(default=0, ge=0, le=JSON_INT_MAX)
     """Host memory for KV-cache offload (kv_cache_host_memory_bytes); 0 disables offload."""
 
 
@@ -443,7 +483,8 @@ class ServingSpec(ApiModel):
     logitsDatatype: Literal["TYPE_FP32", "TYPE_FP16", "TYPE_BF16"] = "TYPE_FP32"
     """Type of the logits outputs (logits_datatype); should match the engine's logits dtype."""
     extraParameters: Annotated[
-        dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE)]],
+        dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_VALUE,
+                                       pattern=ONE_LINE_PATTERN)]],
         Field(max_length=MAX_MAP_ENTRIES),
         *cel_check(
             "self.all(k, k.size() <= 128 && k.matches('^[A-Za-z_][A-Za-z0-9_]*$'))",
@@ -476,10 +517,15 @@ class ServingSpec(ApiModel):
 # --- placement, storage, scaling -----------------------------------------------------------
 
 
+# A non-empty label value: it is matched against the node label in a node affinity, which the API
+# server refuses (when it creates the build Job, long after admission) for anything else.
+GPU_PRODUCT_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+
+
 class GpuSpec(ApiModel):
     """The GPUs the engine is built on and served by (they must be the same product)."""
 
-    product: str | None = Field(default=None, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    product: str | None = Field(default=None, max_length=63, pattern=GPU_PRODUCT_PATTERN)
     """Value of the node label nvidia.com/gpu.product (for example NVIDIA-H100-80GB-HBM3).
     Engines only load on the GPU architecture that built them, so set it in any cluster with
     more than one GPU type. Part of the engine key."""
@@ -528,11 +574,15 @@ class StorageSpec(ApiModel):
     )
 
 
-AutoscalingMetric = Literal["queueComputeRatio", "pendingRequests", "kvCacheUtilization", "cpu"]
+AutoscalingMetric = Literal[
+    "queueComputeRatio", "pendingRequests", "backendWaitingRequests", "kvCacheUtilization", "cpu"
+]
 
 
 Autoscaler = Literal["HPA", "KEDA"]
 METRIC_VALUE_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+# http(s)://host[:port][/path], no whitespace or control characters (NUL included).
+PROMETHEUS_URL_PATTERN = r"^https?://[^\s/?#\x00-\x1f\x7f]+(/[^\s?#\x00-\x1f\x7f]*)?$"
 
 
 class AutoscalingSpec(ApiModel):
@@ -552,10 +602,12 @@ class AutoscalingSpec(ApiModel):
     maxReplicas: int = Field(ge=1, le=1000)
     """Most replicas."""
     metric: AutoscalingMetric = "queueComputeRatio"
-    """queueComputeRatio: Triton queue time / compute time (a Pods metric served by a
-    Prometheus adapter as tritonllm_queue_compute_ratio); pendingRequests:
-    nv_inference_pending_request_count; kvCacheUtilization: used/max KV blocks; cpu: CPU
-    utilization (needs no adapter)."""
+    """queueComputeRatio: Triton queue time / compute time of the tensorrt_llm model;
+    pendingRequests: Triton's nv_inference_pending_request_count (requests queue in Triton only
+    when the backend stops taking them); backendWaitingRequests: requests the TensorRT-LLM
+    backend holds but has not scheduled (nv_trt_llm_request_metrics waiting); kvCacheUtilization:
+    used/max KV-cache blocks; cpu: CPU utilization (needs no adapter). All but cpu are per-pod
+    series of the chart's recording rules (docs/autoscaling.md)."""
     target: str = Field(default="1", pattern=METRIC_VALUE_PATTERN, max_length=32)
     """Target average value per pod for the metric (a quantity; for cpu, a whole percentage
     such as 80)."""
@@ -573,7 +625,7 @@ class AutoscalingSpec(ApiModel):
     cooldownSeconds: int = Field(default=300, ge=0, le=86400)
     """KEDA: idle time before scaling from 1 to 0."""
     prometheusUrl: str | None = Field(
-        default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048
+        default=None, pattern=PROMETHEUS_URL_PATTERN, max_length=2048
     )
     """KEDA: the Prometheus that scrapes the serving pods (such as
     http://prometheus.monitoring:9090); defaults to the operator's TRITONLLM_PROMETHEUS_URL."""
@@ -650,7 +702,7 @@ class Toleration(ApiModel):
     """Taint value for Equal (a label value: at most 63 characters)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
-    tolerationSeconds: int | None = None
+    tolerationSeconds: int | None = Field(default=None, ge=0, le=JSON_INT_MAX)
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
 
@@ -668,9 +720,65 @@ class EnvVar(ApiModel):
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)
     """Variable name."""
-    value: str = Field(default="", max_length=MAX_ANNOTATION_VALUE)
-    """Variable value."""
+    value: str = Field(default="", max_length=MAX_ANNOTATION_VALUE, pattern=NO_NUL_PATTERN)
+    """Variable value (no NUL character: no process environment can hold one)."""
 
+
+# Environment variables the operator or the platform sets in the pods: the operator's own (the
+# writable HOME, TMPDIR and Hugging Face cache on a read-only root, unbuffered logs, Open MPI's
+# copy mechanism), the token (it comes from model.credentials as a file, never as plain text in
+# the spec), the GPUs the device plugin assigned (NVIDIA_VISIBLE_DEVICES=all would hand the pod
+# every GPU of its node), and the prefixes that mpirun (a rank's identity) and LeaderWorkerSet
+# (the group's leader and size) inject. A user value would silently replace ours.
+RESERVED_ENV_NAMES = (
+    "HOME",
+    "TMPDIR",
+    "HF_HOME",
+    "PYTHONUNBUFFERED",
+    "OMPI_MCA_btl_vader_single_copy_mechanism",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+RESERVED_ENV_PREFIXES = ("OMPI_COMM_WORLD_", "PMIX_", "LWS_")
+
+
+def _env_name_free(name: str) -> bool:
+    return name not in RESERVED_ENV_NAMES and not name.startswith(RESERVED_ENV_PREFIXES)
+
+
+_ENV_RESERVED_CEL = (
+    "self.env.all(e, !(e.name in [" + ", ".join(f"'{n}'" for n in RESERVED_ENV_NAMES) + "])"
+    + "".join(f" && !e.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES)
+    + ")"
+)
+ENV_RULES = (
+    Rule(
+        cel=f"!has(self.env) || {_ENV_RESERVED_CEL}",
+        message=f"podTemplate.env must not set {', '.join(RESERVED_ENV_NAMES)} or names "
+        f"starting with {', '.join(RESERVED_ENV_PREFIXES)}: the operator, the GPU device plugin, "
+        "mpirun or LeaderWorkerSet set them (the token comes from model.credentials)",
+        check=lambda s: all(_env_name_free(e.name) for e in s.env),
+        field="env",
+    ),
+    Rule(
+        cel="!has(self.env) || self.env.all(e, self.env.exists_one(f, f.name == e.name))",
+        message="podTemplate.env names a variable twice; only the last would take effect: "
+        "keep one",
+        check=lambda s: len({e.name for e in s.env}) == len(s.env),
+        field="env",
+    ),
+)
+
+NODE_SELECTOR_RULE = Rule(
+    cel=f"!has(self.nodeSelector) || !('{c.GPU_PRODUCT_LABEL}' in self.nodeSelector)",
+    message=f"podTemplate.nodeSelector must not select {c.GPU_PRODUCT_LABEL}: set gpu.product "
+    "instead (the operator adds that node affinity, and the product is part of the engine key: "
+    "an engine only loads on the GPU architecture that built it)",
+    check=lambda s: c.GPU_PRODUCT_LABEL not in s.nodeSelector,
+    field="nodeSelector",
+)
 
 _OPERATOR_KEYS_CEL = "[" + ", ".join(f"'{k}'" for k in c.OPERATOR_POD_KEYS) + "]"
 
@@ -723,7 +831,7 @@ class PodTemplate(ApiModel):
     the workload's selector and the NetworkPolicy select on) keep the operator's values."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables."""
-    runAsUser: int = Field(default=1000, ge=0)
+    runAsUser: int = Field(default=1000, ge=0, le=INT32_MAX)
     """UID every container of the pods runs as (also their group and fsGroup). The default 1000
     is the triton-server user of NGC Triton images, so the pods pass Pod Security Admission
     `restricted`; 0 runs as root (admitted only under `baseline` or `privileged`)."""
@@ -735,6 +843,8 @@ class PodTemplate(ApiModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         _operator_keys_rule("labels"),
         _operator_keys_rule("annotations"),
+        *ENV_RULES,
+        NODE_SELECTOR_RULE,
     )
 
 
@@ -744,7 +854,7 @@ class TritonLLMDeploymentSpec(ApiModel):
     image: str = Field(pattern=IMAGE_PATTERN, max_length=512)
     """The Triton TensorRT-LLM image that builds the engine and serves it, for example
     nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3. Its tag pins the TensorRT-LLM version."""
-    trtllmVersion: str | None = Field(default=None, pattern=VERSION_PATTERN)
+    trtllmVersion: str | None = Field(default=None, pattern=VERSION_PATTERN, max_length=64)
     """TensorRT-LLM version in the image, for images whose tag is not an NGC release tag
     (a mirror, a digest, a custom build). Empty derives it from the tag."""
     model: ModelSource

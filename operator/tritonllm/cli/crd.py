@@ -137,6 +137,13 @@ with them every TritonLLMDeployment, in place. `--set crds.install=false` leaves
 **Argo CD**: see [docs/gitops.md](../../docs/gitops.md) for the Application and the health check
 (`{HEALTH_KEY}`, in `gitops/argocd/argocd-cm-health.yaml`).
 
+**Autoscaling rules** (`metrics.rules`, [docs/autoscaling.md](../../docs/autoscaling.md)): the
+Prometheus recording rules of `files/recording-rules.yaml` (one series per serving pod:
+queue/compute ratio, pending requests, KV-cache utilisation, generated tokens/s) in a ConfigMap to
+mount as a rule file, or as a PrometheusRule where the Prometheus operator's API exists; and
+prometheus-adapter's config, `files/adapter-rules.yaml`, in a ConfigMap, serving them as Pods
+metrics under the names the deployments' HorizontalPodAutoscalers ask for.
+
 ## Values
 
 | key | type | default | description |

@@ -22,15 +22,13 @@ import secrets
 import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from tritonllm.cluster import procs
 from tritonllm.cluster.build import build_component
 from tritonllm.cluster.local import ClusterError, LocalCluster, _free_port
+from tritonllm.cluster.tier import HostTier, http_ok
 from tritonllm.cluster.versions import ARGOCD, ARGOCD_CRD_FILES, HELM
 
 NAMESPACE = "argocd"
@@ -82,8 +80,10 @@ def settings_objects(health: dict[str, str], namespace: str = NAMESPACE) -> list
     ]
 
 
-class ArgoCD:
+class ArgoCD(HostTier):
     """Argo CD's controller, repo server and Redis for ``cluster``; a context manager."""
+
+    label = "argo cd"
 
     def __init__(
         self,
@@ -93,33 +93,16 @@ class ArgoCD:
         argocd_cm: dict[str, str] | None = None,
         progress: Callable[[str], None] = lambda _msg: None,
     ) -> None:
+        super().__init__(workdir)
         self.cluster = cluster
-        self.workdir = workdir
         self.argocd_cm = argocd_cm or {}
         self.progress = progress
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.redis_port = 0
         self.repo_port = 0
         self.repo_metrics_port = 0
         self.controller_metrics_port = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> ArgoCD:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self, timeout: float = 120) -> None:
         argocd = argocd_binary()
@@ -138,7 +121,7 @@ class ArgoCD:
         home.mkdir(exist_ok=True)
         self.redis_port, self.repo_port = _free_port(), _free_port()
         self.repo_metrics_port, self.controller_metrics_port = _free_port(), _free_port()
-        self._spawn(
+        self.spawn(
             "redis",
             [
                 redis,
@@ -163,7 +146,7 @@ class ArgoCD:
             "ARGOCD_GPG_ENABLED": "false",
         }
         redis_addr = f"127.0.0.1:{self.redis_port}"
-        self._spawn(
+        self.spawn(
             "repo-server",
             [
                 str(argocd),
@@ -185,7 +168,7 @@ class ArgoCD:
             ],
             {**base_env, "ARGOCD_BINARY_NAME": "argocd-repo-server"},
         )
-        self._spawn(
+        self.spawn(
             "application-controller",
             [
                 str(argocd),
@@ -225,8 +208,8 @@ class ArgoCD:
             ("repo-server", self.repo_metrics_port),
             ("application-controller", self.controller_metrics_port),
         ):
-            while not _http_ok(f"http://127.0.0.1:{port}/metrics"):
-                self._check_alive()
+            while not http_ok(f"http://127.0.0.1:{port}/metrics"):
+                self.check_alive()
                 if time.monotonic() > deadline:
                     raise ClusterError(f"argo cd {name} did not answer within {timeout:.0f}s")
                 time.sleep(0.5)
@@ -244,32 +227,6 @@ class ArgoCD:
         self.cluster.kubectl(*args)
         self.cluster.wait_established("applications.argoproj.io", "appprojects.argoproj.io")
         self.cluster.apply(settings_objects(self.argocd_cm))
-
-    def stop(self) -> list[int]:
-        """Stop every process (SIGTERM, then SIGKILL); return the pids still alive."""
-        left = procs.terminate([p.pid for p in self.procs.values()])
-        for proc in self.procs.values():
-            if proc.poll() is None and proc.pid not in left:
-                proc.wait(timeout=5)
-        self.procs.clear()
-        return left
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        self.procs[name] = procs.spawn(argv, self.workdir / f"{name}.log", cwd=self.workdir,
-                                       env=env)
-
-    def _check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise ClusterError(
-                    f"argo cd {name} exited ({proc.returncode}):\n{self.log_tail(name)}"
-                )
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.workdir / f"{name}.log"
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     # ---- Applications ------------------------------------------------------------------------
 
@@ -336,11 +293,3 @@ def resource_health(argocd_cm: Path, obj: Path) -> tuple[str, str]:
         elif line.startswith("MESSAGE: "):
             message = line.removeprefix("MESSAGE: ")
     return status, message
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False

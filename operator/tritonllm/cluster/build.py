@@ -16,6 +16,11 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm.cluster.versions`).
   Its web UI is embedded from ``ui/dist/app``, which the module ships as an empty placeholder:
   the binary serves no UI, which the tests never use.
+- The autoscaling tier: Prometheus by ``go install`` with only its Kubernetes service discovery
+  (build tags), no web UI assets; prometheus-adapter in a small wrapper module (to name its binary);
+  KEDA's operator and metrics API server in one ``go build`` of a wrapper module that copies
+  KEDA's replace directive (like Argo CD, but under the local toolchain); KEDA's and
+  prometheus-operator's CRDs copied from their module zips (no prometheus-operator binary).
 - The real node: kubelet and kube-proxy join the Kubernetes wrapper build; containerd (its
   ``containerd``, ``containerd-shim-runc-v2`` and ``ctr``, with kind's build tags), CoreDNS, the
   distribution registry and local-path-provisioner are plain ``go install``; the pause binary is
@@ -57,12 +62,18 @@ from tritonllm.cluster.versions import (
     COREDNS,
     ETCD,
     HELM,
+    KEDA,
+    KEDA_CRD_FILES,
     KUBERNETES,
     KWOK,
     LOCAL_PATH,
     LWS,
     LWS_CRD_FILES,
     PAUSE,
+    PROMETHEUS,
+    PROMETHEUS_ADAPTER,
+    PROMETHEUS_OPERATOR_CRD_FILES,
+    PROMETHEUS_OPERATOR_CRDS,
     REGISTRY,
     RUNC,
     Component,
@@ -87,6 +98,15 @@ KUBERNETES_PACKAGES = {
 #: containerd's build tags, as kind builds it: no storage drivers that need cgo or kernel bits
 #: this machine lacks (btrfs, zfs, devmapper, aufs).
 CONTAINERD_TAGS = "no_aufs,no_zfs,no_btrfs,no_devmapper"
+
+#: Prometheus's build tags: no service discovery but Kubernetes' (its plugins/ files).
+PROMETHEUS_TAGS = "remove_all_sd,enable_kubernetes_sd"
+
+
+def prometheus_release(module_version: str) -> str:
+    """Prometheus's release for its Go module version (``v0.316.0`` is 3.16.0)."""
+    _, minor, patch = module_version.removeprefix("v").split(".")
+    return f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
 
 
 class BuildError(RuntimeError):
@@ -395,13 +415,18 @@ def _build_lws(component: Component, missing: list[str], log: Path, progress: Pr
             info = _module_info(
                 f"sigs.k8s.io/lws@{component.version}", cwd=Path(tmp), log=log, progress=progress
             )
-        component.bindir.mkdir(parents=True, exist_ok=True)
-        for name in crds:
-            dest = component.path(name)
-            shutil.copyfile(
-                Path(info["Dir"]) / "config" / "crd" / "bases" / name, dest.with_suffix(".tmp")
-            )
-            os.replace(dest.with_suffix(".tmp"), dest)
+        _copy_module_files(component, Path(info["Dir"]) / "config" / "crd" / "bases", crds)
+
+
+def _copy_module_files(component: Component, source: Path, names: Sequence[str]) -> None:
+    """Copy ``names`` from ``source`` (a directory of a module in the module cache) into the
+    component's cache directory, each through a temporary name."""
+    component.bindir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        dest = component.path(name)
+        partial = dest.with_name(name + ".tmp")
+        shutil.copyfile(source / name, partial)
+        os.replace(partial, dest)
 
 
 def _build_pause(component: Component, log: Path, progress: Progress) -> None:
@@ -475,13 +500,20 @@ def module_replaces(gomod: str) -> list[str]:
     return replaces
 
 
-def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
-    module = "github.com/argoproj/argo-cd/v3"
+def _replacing_wrapper(
+    component: Component,
+    module: str,
+    go_version: str,
+    env: dict[str, str],
+    log: Path,
+    progress: Progress,
+) -> tuple[Path, dict[str, str]]:
+    """A wrapper module (in the source cache) requiring ``module`` at the component's version
+    with a copy of its replace directives, which ``go install`` would refuse; returns its
+    directory and the module's download info."""
     src = cache_root() / "src" / component.key
     src.mkdir(parents=True, exist_ok=True)
-    env = go_env()
-    env.update(GOTOOLCHAIN=ARGOCD_GO_TOOLCHAIN, GOFLAGS="-mod=mod")
-    header = "module local.test/argocdbin\n\ngo 1.27.0\n"
+    header = f"module local.test/{component.name}bin\n\ngo {go_version}\n"
     (src / "go.mod").write_text(header)
     (src / "go.sum").unlink(missing_ok=True)
     info = _module_info(
@@ -494,6 +526,86 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
     (src / "go.mod").write_text(
         f"{header}\nrequire {module} {component.version}\n\nreplace (\n{block}\n)\n"
     )
+    return src, info
+
+
+def _go_build(
+    component: Component,
+    packages: Sequence[str],
+    output: str,
+    *,
+    src: Path,
+    env: dict[str, str],
+    ldflags: str,
+    log: Path,
+    progress: Progress,
+    renames: dict[str, str] | None = None,
+) -> None:
+    """``go build`` ``packages`` in the wrapper module ``src`` into the component's cache, as the
+    file ``output`` (one package) or under their own names (``output`` empty), then ``renames``
+    (built name -> cached name)."""
+    with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
+        progress(f"  {component.name} {component.version}: go build {' '.join(packages)}")
+        _run(
+            [_go(), "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o",
+             f"{tmp}/{output}", *packages],
+            label=f"go build {component.name} {component.version}",
+            log=log,
+            progress=progress,
+            cwd=src,
+            env=env,
+        )
+        for built, name in (renames or {}).items():
+            os.replace(Path(tmp, built), Path(tmp, name))
+        _install_outputs(component, Path(tmp))
+
+
+def _build_keda(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    """KEDA's operator and metrics API server, in one ``go build`` so shared packages compile
+    once; its CRDs from the module zip."""
+    module = "github.com/kedacore/keda/v2"
+    env = go_env()
+    env["GOFLAGS"] = "-mod=mod"
+    src, info = _replacing_wrapper(component, module, "1.26.0", env, log, progress)
+    mains = {"keda-operator": f"{module}/cmd/operator", "keda-adapter": f"{module}/cmd/adapter"}
+    wanted = [b for b in mains if b in missing]
+    if wanted:
+        progress(f"  keda {component.version}: resolving modules")
+        _run(
+            [_go(), "get", *(f"{mains[b]}@{component.version}" for b in wanted)],
+            label="go get (keda)",
+            log=log,
+            progress=progress,
+            cwd=src,
+            env=env,
+        )
+        ldflags = f"-s -w -X {module}/version.Version={component.version.removeprefix('v')}"
+        commit = json.loads(Path(info["Info"]).read_text()).get("Origin", {}).get("Hash")
+        if commit:
+            ldflags += f" -X {module}/version.GitCommit={commit}"
+        renames = {mains[b].rsplit("/", 1)[1]: b for b in wanted}  # named after their dirs
+        _go_build(component, [mains[b] for b in wanted], "", src=src, env=env, ldflags=ldflags,
+                  log=log, progress=progress, renames=renames)
+    crds = [f for f in KEDA_CRD_FILES if f in missing]
+    _copy_module_files(component, Path(info["Dir"]) / "config" / "crd" / "bases", crds)
+
+
+def _fetch_prometheus_operator_crds(component: Component, log: Path, progress: Progress) -> None:
+    """Only CRDs: prometheus-operator's example CRD manifests from its module zip."""
+    module = f"github.com/prometheus-operator/prometheus-operator@{component.version}"
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "go.mod").write_text("module local.test/promopcrd\n\ngo 1.26\n")
+        info = _module_info(module, cwd=Path(tmp), log=log, progress=progress)
+    source = Path(info["Dir"]) / "example" / "prometheus-operator-crd"
+    _copy_module_files(component, source, [f for f in PROMETHEUS_OPERATOR_CRD_FILES
+                                           if not component.path(f).is_file()])
+
+
+def _build_argocd(component: Component, missing: list[str], log: Path, progress: Progress) -> None:
+    module = "github.com/argoproj/argo-cd/v3"
+    env = go_env()
+    env.update(GOTOOLCHAIN=ARGOCD_GO_TOOLCHAIN, GOFLAGS="-mod=mod")
+    src, info = _replacing_wrapper(component, module, "1.27.0", env, log, progress)
     if "argocd" in missing:
         progress(f"  argocd {component.version}: resolving modules ({ARGOCD_GO_TOOLCHAIN})")
         _run(
@@ -509,31 +621,10 @@ def _build_argocd(component: Component, missing: list[str], log: Path, progress:
             f"-s -w -X {pkg}.version={component.version.removeprefix('v')}"
             f" -X {pkg}.buildDate={_info_time(info)} -X {pkg}.gitTreeState=clean"
         )
-        with tempfile.TemporaryDirectory(dir=component.bindir.parent) as tmp:
-            progress(f"  argocd {component.version}: go build {module}/cmd")
-            _run(
-                [
-                    _go(),
-                    "build",
-                    "-v",
-                    "-trimpath",
-                    f"-ldflags={ldflags}",
-                    "-o",
-                    f"{tmp}/argocd",
-                    f"{module}/cmd",
-                ],
-                label=f"go build argocd {component.version}",
-                log=log,
-                progress=progress,
-                cwd=src,
-                env=env,
-            )
-            _install_outputs(component, Path(tmp))
-    component.bindir.mkdir(parents=True, exist_ok=True)
-    for name in (f for f in ARGOCD_CRD_FILES if f in missing):
-        dest = component.path(name)
-        shutil.copyfile(Path(info["Dir"]) / "manifests" / "crds" / name, dest.with_suffix(".tmp"))
-        os.replace(dest.with_suffix(".tmp"), dest)
+        _go_build(component, [f"{module}/cmd"], "argocd", src=src, env=env, ldflags=ldflags,
+                  log=log, progress=progress)
+    crds = [f for f in ARGOCD_CRD_FILES if f in missing]
+    _copy_module_files(component, Path(info["Dir"]) / "manifests" / "crds", crds)
     for name in (f for f in ARGOCD_SCRIPTS if f in missing):
         dest = component.path(name)
         partial = dest.with_name(name + ".tmp")
@@ -586,6 +677,23 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
             _build_pause(component, log, progress)
         elif component is ARGOCD:
             _build_argocd(component, missing, log, progress)
+        elif component is PROMETHEUS:
+            release = prometheus_release(component.version)
+            ldflags = f"-s -w -X github.com/prometheus/common/version.Version={release}"
+            _go_install(component, "github.com/prometheus/prometheus/cmd/prometheus", log,
+                        progress, ldflags=ldflags, tags=PROMETHEUS_TAGS)
+        elif component is PROMETHEUS_ADAPTER:
+            _build_in_wrapper(
+                component,
+                "sigs.k8s.io/prometheus-adapter/cmd/adapter",
+                "prometheus-adapter",
+                log,
+                progress,
+            )
+        elif component is KEDA:
+            _build_keda(component, missing, log, progress)
+        elif component is PROMETHEUS_OPERATOR_CRDS:
+            _fetch_prometheus_operator_crds(component, log, progress)
         else:  # pragma: no cover - COMPONENTS is closed
             raise BuildError(f"no recipe for {component.key}")
         still = component.missing()

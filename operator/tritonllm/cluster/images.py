@@ -26,7 +26,13 @@ No container registry is reachable from the build machine, and there is no Docke
   by name and tag as in production, pinned to the exact content.
 
 Entry points: :func:`ensure_images` (the cluster's ``up`` calls it once the registry runs) and
-``python -m tritonllm.cluster.images [--registry HOST:PORT] [--list] [NAME ...]``.
+``python -m tritonllm.cluster.images [--registry HOST:PORT] [--list] [--sbom] [NAME ...]``.
+
+- **Provenance**: the Dockerfile images carry their base in OCI labels
+  (``org.opencontainers.image.base.name``: the base's content-keyed tag; ``...base.digest``: its
+  manifest digest in local storage) and their Debian package list at ``SBOM_PATH``
+  (``dpkg-query -W`` at build time; label ``io.tritonllm.packages`` points at it); the busybox
+  image names its one package in that label. ``--sbom`` prints both for built images.
 """
 
 from __future__ import annotations
@@ -343,14 +349,20 @@ class Session:
 
     def bud(self, ref: str, *, files: Mapping[str, Path], dockerfile: str,
             args: Mapping[str, str], base: Base, wheels: Wheelhouse) -> None:
-        self.ensure_base(base)
+        base_ref = self.ensure_base(base)
+        # Where the image comes from and what it carries, as labels: the base's name (its tag is
+        # the base's content key) and manifest digest, and the package list the Dockerfile
+        # writes. Not part of the image's key: the key already covers the base's content.
+        labels = {"org.opencontainers.image.base.name": base_ref,
+                  "org.opencontainers.image.base.digest": base_digest(self.buildah, base_ref),
+                  "io.tritonllm.packages": SBOM_PATH}
         house = self.ensure_wheels(wheels)
         name = ref.split("/")[-1].split(":")[0]
         log = self.logs / f"build-{name}.log"
         log.unlink(missing_ok=True)
         with self.context(files, house) as ctx:
             self.buildah.bud(ctx, dockerfile, ref, dict(args), log=log.name,
-                             progress=self.progress)
+                             progress=self.progress, labels=labels)
 
     def import_tar(self, ref: str, members: Sequence[Member], config: Sequence[str]) -> None:
         name = ref.split("/")[-1].split(":")[0]
@@ -415,6 +427,49 @@ def is_static_elf(path: Path) -> bool:
     return 3 not in types  # PT_INTERP
 
 
+def debian_package(path: Path) -> str:
+    """`name=version arch` of the Debian package that installed `path` (the busybox image is that
+    one file: its whole package list); empty when dpkg does not know the file."""
+    # dpkg records the path it unpacked (/bin/busybox), which usrmerge links under /usr.
+    names = {str(path), str(path.resolve()), f"/bin/{path.name}", f"/usr/bin/{path.name}"}
+    for candidate in sorted(names):
+        owner = subprocess.run(["dpkg-query", "-S", candidate], capture_output=True, text=True,
+                               check=False)
+        if owner.returncode == 0:
+            break
+    else:
+        return ""
+    name = owner.stdout.split(":", 1)[0].strip()
+    row = subprocess.run(["dpkg-query", "-W", "-f", "${Package}=${Version} ${Architecture}", name],
+                         capture_output=True, text=True, check=False)
+    return row.stdout.strip()
+
+
+def base_digest(buildah: oci.Buildah, ref: str) -> str:
+    """The manifest digest (sha256:...) of a base image in local storage."""
+    digest = str(buildah.inspect(ref).get("FromImageDigest") or "")
+    if not digest.startswith("sha256:"):
+        raise ImageError(f"{ref} has no manifest digest in buildah's storage ({digest!r})")
+    return digest
+
+
+SBOM_PATH = "/usr/share/tritonllm/packages.txt"
+
+
+def sbom(session: Session, ref: str) -> str:
+    """The package list an image carries at SBOM_PATH (`dpkg-query -W` at build time)."""
+    labels = session.buildah.inspect(ref).get("OCIv1", {}).get("config", {}).get("Labels") or {}
+    if labels.get("io.tritonllm.packages") != SBOM_PATH:
+        raise ImageError(f"{ref} has no package list (label io.tritonllm.packages)")
+    name = f"tritonllm-sbom-{os.getpid()}"
+    session.buildah.run("from", "--name", name, "--pull=never", ref, label=f"buildah from {ref}")
+    try:
+        mount = session.buildah.run("mount", name, label=f"buildah mount {name}").strip()
+        return (Path(mount) / SBOM_PATH.lstrip("/")).read_text()
+    finally:
+        session.buildah.run("rm", name, label=f"buildah rm {name}")
+
+
 def _labels(image: Image, **extra: str) -> list[str]:
     labels = {"org.opencontainers.image.title": f"tritonllm {image.name}",
               "org.opencontainers.image.description": image.description, **extra}
@@ -450,7 +505,9 @@ def busybox_recipe(session: Session) -> Recipe:
                           "busybox-static (scripts/test installs it)")
     listed = subprocess.run([str(exe), "--list"], capture_output=True, text=True, check=True)
     applets = sorted(a for a in listed.stdout.split() if a and a != "busybox")
-    key = content_key({"bin/busybox": exe.resolve()}, {"applets": " ".join(applets)})
+    package = debian_package(exe)
+    key = content_key({"bin/busybox": exe.resolve()}, {"applets": " ".join(applets),
+                                                       "package": package})
 
     def build(s: Session, ref: str) -> None:
         members = [Member("bin"), Member("etc"), Member("root", 0o700), Member("tmp", 0o1777),
@@ -461,7 +518,8 @@ def busybox_recipe(session: Session) -> Recipe:
                    b"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"),
             Member("etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\n"),
         ]
-        config = ["--cmd", '["sh"]', "--env", BASE_ENV[0], *_labels(image)]
+        config = ["--cmd", '["sh"]', "--env", BASE_ENV[0],
+                  *_labels(image, **{"io.tritonllm.packages": package})]
         s.import_tar(ref, members, config)
 
     return Recipe(image, key, build)
@@ -691,6 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="push to this registry (e.g. 127.0.0.1:5000); default: build only")
     parser.add_argument("--list", action="store_true",
                         help="print each image's content key and whether it is built; no build")
+    parser.add_argument("--sbom", action="store_true",
+                        help="print each built image's labels of origin and its package list")
     parser.add_argument("--prune", action="store_true",
                         help="remove superseded images and dangling layers from local storage")
     args = parser.parse_args(argv)
@@ -700,11 +760,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.list:
             return _list(args.names, args.registry)
+        if args.sbom:
+            return _sbom(args.names)
         results = ensure_images_report(args.registry, names=args.names)
     except ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(_table(results))
+    return 0
+
+
+def _sbom(names: Sequence[str]) -> int:
+    session = Session(stderr_progress)
+    for image in _selected(names):
+        recipe = RECIPES[image.name](session)
+        if not session.buildah.exists(recipe.local):
+            print(f"# {image.name}: {recipe.local} is not built", file=sys.stderr)
+            continue
+        labels = session.buildah.inspect(recipe.local)["OCIv1"]["config"].get("Labels") or {}
+        print(f"# {image.name} {recipe.local}")
+        for key in ("org.opencontainers.image.base.name", "org.opencontainers.image.base.digest"):
+            print(f"# {key}={labels.get(key, '')}")
+        packages = labels.get("io.tritonllm.packages", "")
+        print(sbom(session, recipe.local) if packages == SBOM_PATH else packages + "\n", end="")
     return 0
 
 

@@ -50,7 +50,7 @@ from tritonllm.cluster.manifests import (
     lws_webhooks,
     node_manifest,
 )
-from tritonllm.cluster.pki import Pki, ensure_pki
+from tritonllm.cluster.pki import FRONT_PROXY_CN, Pki, ensure_pki
 from tritonllm.cluster.versions import (
     COMPONENTS,
     CONTROL_PLANE,
@@ -84,6 +84,8 @@ RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "k
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 DEFAULT_NAME = "default"
+#: kube-controller-manager's HorizontalPodAutoscaler sync period, in seconds.
+HPA_SYNC_SECONDS = 2
 
 
 class ClusterError(RuntimeError):
@@ -590,6 +592,17 @@ class LocalCluster:
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-client-certificate={pki.admin_crt}",
                 f"--kubelet-client-key={pki.admin_key}",
+                # The aggregation layer (the autoscaling tier's metrics APIs run on the host): the
+                # client certificate it proxies with, and whom the aggregated servers trust for
+                # the user in the request headers (published in kube-system's
+                # extension-apiserver-authentication ConfigMap).
+                f"--proxy-client-cert-file={pki.front_proxy_client_crt}",
+                f"--proxy-client-key-file={pki.front_proxy_client_key}",
+                f"--requestheader-client-ca-file={pki.front_proxy_ca_crt}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CN}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--v=1",
             ],
             processes,
@@ -625,6 +638,9 @@ class LocalCluster:
                 "--use-service-account-credentials=false",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
+                # HorizontalPodAutoscalers (the product's and KEDA's) act within seconds
+                # (default 15 s), so the autoscaling tests wait little.
+                f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_SECONDS}s",
             ],
             processes,
         )

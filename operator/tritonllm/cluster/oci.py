@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,11 +185,13 @@ class Buildah:
             subprocess.run(self.argv("rm", name), capture_output=True, check=False)
 
     def bud(self, context: Path, dockerfile: str, ref: str, build_args: dict[str, str],
-            *, log: str, progress: Progress) -> None:
+            *, log: str, progress: Progress, labels: Mapping[str, str] | None = None) -> None:
         args = ["bud", "--isolation", "chroot", "--network", "host", "--pull=never", "--layers",
                 "--format", "oci", "-f", str(context / dockerfile), "-t", ref]
         for key, value in sorted(build_args.items()):
             args += ["--build-arg", f"{key}={value}"]
+        for key, value in sorted((labels or {}).items()):
+            args += ["--label", f"{key}={value}"]
         self.run(*args, str(context), label=f"buildah bud {dockerfile}", log=log,
                  progress=progress)
 

@@ -4,7 +4,10 @@ Why openssl and not a Python library: it is on every Debian machine and keeps th
 extra dependencies. One CA signs everything: the API server's serving certificate, the admin
 client certificate (group ``system:masters``; the controllers and kubectl all use it) and the
 serving certificate of the LeaderWorkerSet webhooks, which the API server calls by URL. The
-service-account signing key pair is separate. Everything is generated once per cluster state
+service-account signing key pair is separate, and so is the front-proxy CA: it signs only the
+client certificate the API server presents when it proxies a request to an aggregated API (the
+metrics APIs of the autoscaling tier), which those servers trust for the user named in the
+request headers. Everything is generated once per cluster state
 directory and reused by later ``up`` calls (generation costs a second or two).
 """
 
@@ -19,6 +22,9 @@ from tritonllm.cluster.node import NODE_NAME
 
 #: Days the throw-away certificates are valid.
 VALID_DAYS = 3650
+
+#: Common name of the front-proxy client certificate (``--requestheader-allowed-names``).
+FRONT_PROXY_CN = "front-proxy-client"
 
 #: The ClusterIP of the ``kubernetes`` Service (first address of the service range).
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -64,6 +70,24 @@ class Pki:
         return self.root / "node.key"
 
     @property
+    def front_proxy_ca_crt(self) -> Path:
+        """CA of the aggregation layer's client certificate (``--requestheader-client-ca-file``)."""
+        return self.root / "front-proxy-ca.crt"
+
+    @property
+    def front_proxy_ca_key(self) -> Path:
+        return self.root / "front-proxy-ca.key"
+
+    @property
+    def front_proxy_client_crt(self) -> Path:
+        """The API server's client certificate towards aggregated APIs (CN ``FRONT_PROXY_CN``)."""
+        return self.root / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_client_key(self) -> Path:
+        return self.root / "front-proxy-client.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.root / "sa.key"
 
@@ -88,6 +112,10 @@ class Pki:
             self.node_key,
             self.sa_key,
             self.sa_pub,
+            self.front_proxy_ca_crt,
+            self.front_proxy_ca_key,
+            self.front_proxy_client_crt,
+            self.front_proxy_client_key,
             self.webhook_dir / "tls.crt",
             self.webhook_dir / "tls.key",
         ]
@@ -100,12 +128,16 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise RuntimeError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
 
 
-def _signed_cert(pki: Pki, name: Path, subject: str, extensions: str) -> None:
-    """Key ``name``.key and certificate ``name``.crt signed by the CA with ``extensions``."""
+def _signed_cert(
+    pki: Pki, name: Path, subject: str, extensions: str, ca: tuple[Path, Path] | None = None
+) -> None:
+    """Key ``name``.key and certificate ``name``.crt signed by the CA (or ``ca``: certificate
+    and key) with ``extensions``."""
     root = pki.root
-    ext = root / f"{name.name}.ext"
+    ca_crt, ca_key = ca or (pki.ca_crt, pki.ca_key)
+    ext = name.with_name(f"{name.name}.ext")  # beside the output
     ext.write_text(f"[e]\n{extensions}\n")
-    csr = root / f"{name.name}.csr"
+    csr = name.with_name(f"{name.name}.csr")
     _openssl(
         "req",
         "-newkey",
@@ -125,9 +157,9 @@ def _signed_cert(pki: Pki, name: Path, subject: str, extensions: str) -> None:
         "-in",
         str(csr),
         "-CA",
-        str(pki.ca_crt),
+        str(ca_crt),
         "-CAkey",
-        str(pki.ca_key),
+        str(ca_key),
         "-CAcreateserial",
         "-days",
         str(VALID_DAYS),
@@ -143,13 +175,7 @@ def _signed_cert(pki: Pki, name: Path, subject: str, extensions: str) -> None:
     ext.unlink()
 
 
-def ensure_pki(root: Path) -> Pki:
-    """Create the CA and certificates in ``root`` unless they are all there already."""
-    pki = Pki(root)
-    if pki.complete():
-        return pki
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o700)
+def _self_signed_ca(crt: Path, key: Path, subject: str, root: Path) -> None:
     _openssl(
         "req",
         "-x509",
@@ -157,15 +183,41 @@ def ensure_pki(root: Path) -> Pki:
         "rsa:2048",
         "-nodes",
         "-keyout",
-        str(pki.ca_key),
+        str(key),
         "-out",
-        str(pki.ca_crt),
+        str(crt),
         "-days",
         str(VALID_DAYS),
         "-subj",
-        "/CN=tritonllm-local-ca",
+        subject,
         cwd=root,
     )
+
+
+def serving_cert(pki: Pki, base: Path, hosts: list[str], *, client: bool = False) -> Path:
+    """A key and certificate ``base``.key/.crt signed by the cluster CA, serving ``hosts`` (IP
+    addresses or DNS names), also for client authentication when ``client`` (one pair for both
+    ends of a mutual TLS link). Made afresh on each call; returns ``base``."""
+    sans = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
+    usage = "serverAuth,clientAuth" if client else "serverAuth"
+    _signed_cert(
+        pki,
+        base,
+        f"/CN={base.name}",
+        f"subjectAltName={sans}\n"
+        f"keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage={usage}",
+    )
+    return base
+
+
+def ensure_pki(root: Path) -> Pki:
+    """Create the CA and certificates in ``root`` unless they are all there already."""
+    pki = Pki(root)
+    if pki.complete():
+        return pki
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    _self_signed_ca(pki.ca_crt, pki.ca_key, "/CN=tritonllm-local-ca", root)
     server_ext = "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth"
     _signed_cert(
         pki,
@@ -197,6 +249,16 @@ def ensure_pki(root: Path) -> Pki:
     )
     (root / "webhook.crt").replace(pki.webhook_dir / "tls.crt")
     (root / "webhook.key").replace(pki.webhook_dir / "tls.key")
+    _self_signed_ca(
+        pki.front_proxy_ca_crt, pki.front_proxy_ca_key, "/CN=tritonllm-front-proxy-ca", root
+    )
+    _signed_cert(
+        pki,
+        root / "front-proxy-client",
+        f"/CN={FRONT_PROXY_CN}",
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth",
+        ca=(pki.front_proxy_ca_crt, pki.front_proxy_ca_key),
+    )
     _openssl("genrsa", "-out", str(pki.sa_key), "2048", cwd=root)
     _openssl("rsa", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=root)
     return pki

@@ -12,6 +12,8 @@ tritonllm.cluster.preflight`` works on a bare checkout). Each need belongs to a 
 ``images``            buildah, mmdebstrap, busybox-static (the real node's images), skopeo
 ``mpi``               sshd, ssh-keygen, mpirun (the triton tier and the multi-node tests)
 ``argocd``            redis-server (Argo CD's cache)
+``metrics``           promtool (the chart's Prometheus rules, checked and evaluated), haproxy (the
+                      activator's rendered config, checked)
 ====================  ==========================================================================
 
 What Debian ships is installed with ``apt-get`` when missing (printed first); what cannot be
@@ -37,7 +39,7 @@ from pathlib import Path
 from tritonllm.cluster.host import CGROUP_FS, CNI_BIN_DIR, CNI_PLUGINS, NEEDED_CONTROLLERS
 from tritonllm.cluster.versions import cache_root
 
-TIERS = ("base", "real-node", "images", "mpi", "argocd")
+TIERS = ("base", "real-node", "images", "mpi", "argocd", "metrics")
 #: What each README command needs.
 DEMO_TIERS = ("base", "real-node", "images")
 TEST_TIERS = TIERS
@@ -111,6 +113,9 @@ NEEDS: tuple[Need, ...] = (
     Need("mpi", "ssh-keygen", _on_path("ssh-keygen"), "openssh-client"),
     Need("mpi", "mpirun (Open MPI)", _on_path("mpirun"), "openmpi-bin"),
     Need("argocd", "redis-server (Argo CD's cache)", _on_path("redis-server"), "redis-server"),
+    Need("metrics", "promtool (the chart's rules)", _on_path("promtool"), "prometheus"),
+    Need("metrics", "haproxy (the scale-to-zero activator's config, checked)",
+         _on_path("haproxy"), "haproxy"),
 )
 
 

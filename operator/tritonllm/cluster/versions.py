@@ -19,6 +19,25 @@ GitOps (the Argo CD tier; built like the rest, not part of the cluster itself):
   repo server. Its Application and AppProject CRDs are copied from the module's manifests.
 - Redis is Debian's ``redis-server`` (Argo CD's cache), not built here.
 
+Autoscaling (the autoscaling tier: processes on the host against the cluster, like Argo CD):
+- prometheus-adapter v0.12.0: newest release (serves ``custom.metrics.k8s.io`` v1beta1 and
+  v1beta2 from Prometheus queries). Its go.mod has no replace directives and asks Go 1.22, so the
+  local toolchain builds it in a small wrapper module (to name the binary).
+- KEDA v2.21.0: newest release the module proxy serves. Its go.mod asks Go 1.26.0 (the local
+  toolchain) and has one module-to-module replace directive, which ``go install`` refuses: a
+  wrapper module copies it. Its operator and metrics API server (``cmd/operator``,
+  ``cmd/adapter``) build in one ``go build``; its admission webhooks (``cmd/webhooks``) are not
+  built (they only validate ScaledObjects). Its CRDs are copied from ``config/crd/bases/``.
+- prometheus-operator v0.89.0: only its CRDs (PodMonitor, ServiceMonitor, PrometheusRule from
+  ``example/prometheus-operator-crd/``), so that charts that render them can be installed; no
+  operator runs. v0.89.0 is the newest the proxy serves (v0.90.0 and v0.89.1 are refused).
+- Prometheus v3.16.0 (Go module ``github.com/prometheus/prometheus`` v0.316.0, how the project
+  publishes 3.x): built with only Kubernetes service discovery (``-tags
+  remove_all_sd,enable_kubernetes_sd``), which keeps the build small. Debian's ``prometheus``
+  2.42 cannot be used: Debian builds it without Kubernetes service discovery
+  (``kubernetes_sd_configs`` is an unknown field there). The module ships no web UI assets, so
+  the binary serves the API (queries, targets, reload) and no UI.
+
 The real node (kubelet and kube-proxy come from the Kubernetes build above):
 - containerd v2.4.2: newest 2.x on the module proxy; Debian's 1.6 is end of life and lacks the
   CRI ``RuntimeConfig`` call that kubelet 1.37 will require.
@@ -52,6 +71,30 @@ RUNC_VERSION = "v1.5.2"
 ARGOCD_VERSION = "v3.6.1"
 #: Argo CD v3.6's go.mod needs Go >= 1.27.0; newest 1.27 patch on the module proxy.
 ARGOCD_GO_TOOLCHAIN = "go1.27.4"
+
+#: Prometheus 3.16.0 (the module's v0.3xx versions are Prometheus 3.x).
+PROMETHEUS_VERSION = "v0.316.0"
+PROMETHEUS_ADAPTER_VERSION = "v0.12.0"
+KEDA_VERSION = "v2.21.0"
+PROMETHEUS_OPERATOR_VERSION = "v0.89.0"
+
+#: KEDA's CRDs (``config/crd/bases/`` of its module) that the autoscaling tier installs. Its
+#: operator also watches (Cluster)CloudEventSources: without their CRDs its manager gives up
+#: after the cache sync timeout (2 min).
+KEDA_CRD_FILES = (
+    "keda.sh_scaledobjects.yaml",
+    "keda.sh_scaledjobs.yaml",
+    "keda.sh_triggerauthentications.yaml",
+    "keda.sh_clustertriggerauthentications.yaml",
+    "eventing.keda.sh_cloudeventsources.yaml",
+    "eventing.keda.sh_clustercloudeventsources.yaml",
+)
+#: prometheus-operator's CRDs (``example/prometheus-operator-crd/`` of its module).
+PROMETHEUS_OPERATOR_CRD_FILES = (
+    "monitoring.coreos.com_podmonitors.yaml",
+    "monitoring.coreos.com_servicemonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+)
 
 #: Argo CD's CRDs (``manifests/crds/`` of its module) that the GitOps tier installs.
 ARGOCD_CRD_FILES = ("application-crd.yaml", "appproject-crd.yaml")
@@ -133,6 +176,15 @@ RUNC = Component("runc", RUNC_VERSION, ("runc",))
 ARGOCD = Component(
     "argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES + ARGOCD_SCRIPTS
 )
+PROMETHEUS = Component("prometheus", PROMETHEUS_VERSION, ("prometheus",))
+PROMETHEUS_ADAPTER = Component(
+    "prometheus-adapter", PROMETHEUS_ADAPTER_VERSION, ("prometheus-adapter",)
+)
+KEDA = Component("keda", KEDA_VERSION, ("keda-operator", "keda-adapter"), files=KEDA_CRD_FILES)
+PROMETHEUS_OPERATOR_CRDS = Component(
+    "prometheus-operator-crds", PROMETHEUS_OPERATOR_VERSION, (),
+    files=PROMETHEUS_OPERATOR_CRD_FILES,
+)
 
 #: What the control plane needs (kwok nodes only).
 CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
@@ -140,4 +192,8 @@ CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
 REAL_NODE: tuple[Component, ...] = (CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
 #: What the GitOps tier adds (Argo CD's processes run on the host against the cluster).
 GITOPS: tuple[Component, ...] = (ARGOCD,)
-COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE + GITOPS
+#: What the autoscaling tier adds (Prometheus and the metrics APIs, on the host).
+AUTOSCALING: tuple[Component, ...] = (
+    PROMETHEUS, PROMETHEUS_ADAPTER, KEDA, PROMETHEUS_OPERATOR_CRDS
+)
+COMPONENTS: tuple[Component, ...] = CONTROL_PLANE + REAL_NODE + GITOPS + AUTOSCALING

@@ -36,6 +36,7 @@ from .pod import RenderOptions, metadata, store_placement
 POD_METRICS = {
     "queueComputeRatio": "tritonllm_queue_compute_ratio",
     "pendingRequests": "nv_inference_pending_request_count",
+    "backendWaitingRequests": "tritonllm_backend_waiting_requests",
     "kvCacheUtilization": "tritonllm_kv_cache_utilization",
 }
 # Recording rules (charts/tritonllm/files/recording-rules.yaml), one series per serving pod,
@@ -43,6 +44,7 @@ POD_METRICS = {
 RECORDED_SERIES = {
     "queueComputeRatio": "tritonllm:queue_compute_ratio",
     "pendingRequests": "tritonllm:pending_requests",
+    "backendWaitingRequests": "tritonllm:backend_waiting_requests",
     "kvCacheUtilization": "tritonllm:kv_cache_utilization",
 }
 KEDA_API_VERSION = "keda.sh/v1alpha1"

@@ -229,9 +229,22 @@ class Builder:
     def _resolve(self, step: dict[str, Any]) -> list[str]:
         """The step's argv with {converter} / {examples} replaced by paths in this image."""
         roots = [Path(r) for r in self.plan.get("exampleRoots") or []]
-        argv: list[str] = list(step["argv"])
-        if "{converter}" in argv:
+        example_dir = None
+        if step["name"] == "convert":
             example_dir = step.get("exampleDir") or self._example_dir(step)
+            # Each converter has its own flags: the plan has one argv per converter, and why
+            # a converter cannot convert this spec in this image's TensorRT-LLM version.
+            why = (step.get("unsupported") or {}).get(example_dir)
+            if why:
+                raise Failure(
+                    EXIT_NO_CONVERTER,
+                    f"the model needs {example_dir}/convert_checkpoint.py, which cannot convert "
+                    f"this spec: {why}",
+                )
+        by_dir = step.get("argvByDir") or {}
+        argv: list[str] = list(by_dir[example_dir] if example_dir in by_dir else step["argv"])
+        if "{converter}" in argv:
+            example_dir = example_dir or step.get("exampleDir") or self._example_dir(step)
             candidates = [
                 root / p.format(dir=example_dir) for root in roots for p in step["converterPaths"]
             ]

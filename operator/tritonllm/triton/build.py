@@ -2,11 +2,17 @@
 
 The operator renders this plan (pure) into the build Job's ConfigMap; `tritonllm build` inside the
 Triton image executes it step by step. Command lines follow shared/reference/tensorrt-llm-triton.md
-section 3, with the flag churn between versions handled here:
+section 3, with the flag churn between versions handled here from the facts in
+tritonllm.api.toolflags (read off the upstream option tables, docs/contract.md):
 
 - ``--max_seq_len`` replaced ``--max_output_len`` in 0.11 (before it, output = seq - input);
+- ``--kv_cache_type paged`` since 0.13, ``--paged_kv_cache enable`` before;
 - plugin dtypes: ``auto`` is resolved to the model dtype, which every version accepts;
-- ``--multiple_profiles`` exists since 0.11;
+- ``--multiple_profiles`` exists since 0.9;
+- each convert_checkpoint.py has its own flags (gemma spells them with dashes and has only
+  ``--world-size``; phi has no parallelism options before 0.11; KV-cache quantization flags
+  differ per model), so an explicit architecture gets its converter's argv and ``auto`` gets
+  one argv per converter (or why that converter cannot do it), chosen at build time;
 - converters moved from ``examples/<model>/`` to ``examples/models/core/<model>/`` in later
   releases, so the plan lists both and the runtime takes the one the image has.
 """
@@ -17,6 +23,15 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.spec import MODELOPT_FORMATS, TritonLLMDeploymentSpec
+from tritonllm.api.toolflags import (
+    ARCHITECTURE_DIRS,
+    KV_CACHE_TYPE_SINCE,
+    MAX_SEQ_LEN_SINCE,
+    MULTIPLE_PROFILES_SINCE,
+    Converter,
+    converter_problems,
+)
+from tritonllm.api.toolflags import CONVERTERS as CONVERTER_FLAGS
 from tritonllm.api.versions import TrtllmVersion
 
 # Hugging Face `architectures[0]` -> TensorRT-LLM example directory holding convert_checkpoint.py.
@@ -30,17 +45,6 @@ CONVERTERS: dict[str, str] = {
     "Gemma2ForCausalLM": "gemma",
     "Phi3ForCausalLM": "phi",
     "FalconForCausalLM": "falcon",
-}
-# spec.model.architecture -> example directory (auto: decided from config.json at build time).
-ARCHITECTURE_DIRS: dict[str, str] = {
-    "gpt2": "gpt",
-    "llama": "llama",
-    "mistral": "llama",
-    "mixtral": "llama",
-    "qwen2": "qwen",
-    "gemma": "gemma",
-    "phi3": "phi",
-    "falcon": "falcon",
 }
 EXAMPLE_ROOTS = (
     "/app/tensorrt_llm/examples",
@@ -61,54 +65,122 @@ CONVERTER_PATHS = (
 )
 
 
+def converter_argv(
+    spec: TritonLLMDeploymentSpec,
+    version: TrtllmVersion,
+    conv: Converter,
+    *,
+    weights_dir: str,
+    checkpoint_dir: str,
+) -> list[str]:
+    """convert_checkpoint.py in the dialect of `conv` at `version` (toolflags says which)."""
+    e = spec.engine
+    q = e.quantization
+    tp, pp = e.parallelism.tensor, e.parallelism.pipeline
+    argv = ["python3", "{converter}", *conv.fixed]
+    argv += [conv.model_dir, weights_dir, conv.output_dir, checkpoint_dir, "--dtype", e.dtype]
+    # Before parallel_since the script has no such options (admission allows only tp = pp = 1).
+    if version >= conv.parallel_since:
+        argv += [conv.tp, str(tp)]
+        if conv.pp is not None:
+            argv += [conv.pp, str(pp)]
+    if q.format in ("int8_wo", "int4_wo"):
+        argv += [*conv.weight_only, q.format.removesuffix("_wo")]
+    if q.kvCacheDtype in ("int8", "fp8"):
+        argv.append(f"--{q.kvCacheDtype}_kv_cache")
+    return argv
+
+
+def _converter_refusal(
+    spec: TritonLLMDeploymentSpec, version: TrtllmVersion, conv: Converter
+) -> str | None:
+    """Why `conv` of `version` cannot convert this spec (None: it can)."""
+    e = spec.engine
+    problems = converter_problems(
+        conv,
+        version,
+        tp=e.parallelism.tensor,
+        pp=e.parallelism.pipeline,
+        weight_only=e.quantization.format in ("int8_wo", "int4_wo"),
+        kv=e.quantization.kvCacheDtype,
+    )
+    return "; ".join(f"{field}: {why}" for field, why in problems) or None
+
+
 def convert_step(
-    spec: TritonLLMDeploymentSpec, *, weights_dir: str, checkpoint_dir: str
+    spec: TritonLLMDeploymentSpec,
+    version: TrtllmVersion,
+    *,
+    weights_dir: str,
+    checkpoint_dir: str,
 ) -> dict[str, Any]:
     """convert_checkpoint.py or quantize.py: a TensorRT-LLM checkpoint with tp/pp fixed."""
     e = spec.engine
     q = e.quantization
-    par = ["--tp_size", str(e.parallelism.tensor), "--pp_size", str(e.parallelism.pipeline)]
-    # Both tools take the same input/output/dtype arguments.
-    io = ["--model_dir", weights_dir, "--output_dir", checkpoint_dir, "--dtype", e.dtype]
     if q.format in MODELOPT_FORMATS:
-        argv = [
-            "python3",
-            "{examples}/quantization/quantize.py",
-            *io,
-            "--qformat",
-            q.format,
-            "--calib_size",
-            str(q.calibrationSize),
-            *par,
-        ]
-        if q.format in ("int4_awq", "w4a8_awq"):
-            argv += ["--awq_block_size", str(q.awqBlockSize)]
-        if q.kvCacheDtype != "none":
-            argv += ["--kv_cache_dtype", q.kvCacheDtype]
-        if q.calibrationDataset:
-            argv += ["--calib_dataset", q.calibrationDataset]
-        return {"name": "quantize", "argv": argv, "script": "quantization/quantize.py"}
-    argv = [
-        "python3",
-        "{converter}",
-        *io,
-        *par,
-    ]
-    if q.format in ("int8_wo", "int4_wo"):
-        argv += ["--use_weight_only", "--weight_only_precision", q.format.removesuffix("_wo")]
-    if q.kvCacheDtype == "int8":
-        argv.append("--int8_kv_cache")
-    elif q.kvCacheDtype == "fp8":
-        argv.append("--fp8_kv_cache")
+        return quantize_step(spec, weights_dir=weights_dir, checkpoint_dir=checkpoint_dir)
     arch = spec.model.architecture
-    return {
+    dirs = sorted(set(CONVERTERS.values())) if arch == "auto" else [ARCHITECTURE_DIRS[arch]]
+    argvs: dict[str, list[str]] = {}
+    unsupported: dict[str, str] = {}
+    for d in dirs:
+        conv = CONVERTER_FLAGS[d]
+        refusal = _converter_refusal(spec, version, conv)
+        if refusal:
+            unsupported[d] = refusal
+        else:
+            argvs[d] = converter_argv(
+                spec, version, conv, weights_dir=weights_dir, checkpoint_dir=checkpoint_dir
+            )
+    step: dict[str, Any] = {
         "name": "convert",
-        "argv": argv,
-        # auto: the runtime maps config.json `architectures[0]` through `converters`.
-        "exampleDir": None if arch == "auto" else ARCHITECTURE_DIRS[arch],
+        # auto: the runtime maps config.json `architectures[0]` through `converters`, then
+        # takes that directory's argv (each converter has its own flags) or its refusal.
+        "exampleDir": None if arch == "auto" else dirs[0],
         "converters": CONVERTERS,
         "converterPaths": list(CONVERTER_PATHS),
+        "argvByDir": argvs,
+        "unsupported": unsupported,
     }
+    if arch != "auto":
+        # Admission refuses an explicit architecture its converter cannot handle (same reason).
+        if dirs[0] in unsupported:
+            raise ValueError(unsupported[dirs[0]])
+        step["argv"] = argvs[dirs[0]]
+    return step
+
+
+def quantize_step(
+    spec: TritonLLMDeploymentSpec, *, weights_dir: str, checkpoint_dir: str
+) -> dict[str, Any]:
+    """ModelOpt's quantize.py (admission checked the format and options against the version)."""
+    e = spec.engine
+    q = e.quantization
+    argv = [
+        "python3",
+        "{examples}/quantization/quantize.py",
+        "--model_dir",
+        weights_dir,
+        "--output_dir",
+        checkpoint_dir,
+        "--dtype",
+        e.dtype,
+        "--qformat",
+        q.format,
+        "--calib_size",
+        str(q.calibrationSize),
+        "--tp_size",
+        str(e.parallelism.tensor),
+        "--pp_size",
+        str(e.parallelism.pipeline),
+    ]
+    if q.format in ("int4_awq", "w4a8_awq"):
+        argv += ["--awq_block_size", str(q.awqBlockSize)]
+    if q.kvCacheDtype != "none":
+        argv += ["--kv_cache_dtype", q.kvCacheDtype]
+    if q.calibrationDataset:
+        argv += ["--calib_dataset", q.calibrationDataset]
+    return {"name": "quantize", "argv": argv, "script": "quantization/quantize.py"}
 
 
 def trtllm_build_argv(
@@ -133,7 +205,7 @@ def trtllm_build_argv(
         "--max_input_len",
         str(lim.maxInputLen),
     ]
-    if version.at_least("0.11"):
+    if version >= MAX_SEQ_LEN_SINCE:
         argv += ["--max_seq_len", str(lim.maxSeqLen)]
     else:
         argv += ["--max_output_len", str(lim.maxSeqLen - lim.maxInputLen)]
@@ -149,11 +221,11 @@ def trtllm_build_argv(
         "--use_paged_context_fmha",
         "enable" if e.plugins.pagedContextFmha else "disable",
     ]
-    if version.at_least("0.11"):
+    if version >= KV_CACHE_TYPE_SINCE:
         argv += ["--kv_cache_type", "paged"]
     else:
         argv += ["--paged_kv_cache", "enable"]
-    if e.plugins.multipleProfiles and version.at_least("0.11"):
+    if e.plugins.multipleProfiles and version >= MULTIPLE_PROFILES_SINCE:
         argv += ["--multiple_profiles", "enable"]
     argv += ["--workers", str(workers)]
     return argv
@@ -207,7 +279,7 @@ def build_plan(
         "exampleRoots": list(EXAMPLE_ROOTS),
         "steps": [
             download_step(spec, weights_dir=weights_dir),
-            convert_step(spec, weights_dir=weights_dir, checkpoint_dir=checkpoint_dir),
+            convert_step(spec, version, weights_dir=weights_dir, checkpoint_dir=checkpoint_dir),
             {
                 "name": "build",
                 "argv": trtllm_build_argv(

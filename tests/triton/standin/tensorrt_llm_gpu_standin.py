@@ -178,6 +178,7 @@ class TritonPythonModel(CpuStandin):
             self.worker.start()
 
     def finalize(self) -> None:
+        super().finalize()  # the metrics thread (its gauges stay at their idle values here)
         if self.worker is None:
             self.toy.stop()
         else:
