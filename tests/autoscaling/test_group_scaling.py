@@ -11,13 +11,12 @@ leader pod's own labels (the real-node tests read the same metric from a real tr
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.autoscaling.test_stack import SimulatedExporter
+from tests.autoscaling.helpers import SimulatedExporter, replica_managers, replica_writes
 from tests.cases import ROOT, cr
 from tests.cluster.operator_harness import prepare_namespace, run_operator, wait_ready
 from tritonllm.api import constants as c
@@ -68,8 +67,7 @@ def test_keda_scales_a_multi_node_group_as_a_unit(
     install_prometheus_operator_crds(cluster)
     prepare_namespace(cluster, namespace)
     exporter = SimulatedExporter()
-    simulated = {"job_name": "simulated-leader", "honor_labels": True,
-                 "static_configs": [{"targets": [exporter.address]}]}
+    simulated = exporter.scrape_config("simulated-leader")
     try:
         with AutoscalingStack(cluster, tmp_path / "stack",
                               recording_rules=RULES / "recording-rules.yaml",
@@ -99,13 +97,10 @@ def test_keda_scales_a_multi_node_group_as_a_unit(
             exporter.set("nv_inference_pending_request_count", labels, 0)
             wait_for(lambda: _groups(cluster, namespace) == (1, 2), timeout=120, interval=1,
                      what="back to one group")
-            writes = sum(float(v) for v in re.findall(
-                r"^tritonllm_replica_writes_total\{[^}]*\} ([0-9.e+]+)$", op.metrics(), re.M))
-            assert writes == 0
+            assert replica_writes(op) == 0
             lws = cluster.kubectl_json("get", "leaderworkerset", NAME, "-n", namespace,
                                        "--show-managed-fields")
-            owners = {e["manager"] for e in lws["metadata"]["managedFields"]
-                      if "f:replicas" in ((e.get("fieldsV1") or {}).get("f:spec") or {})}
+            owners = replica_managers(lws)
             assert c.FIELD_MANAGER not in owners, owners
     finally:
         exporter.server.shutdown()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 import yaml
 from bench.autoscaling import Load, burst, summary
 
+from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
 from tritonllm.api import constants as c
@@ -81,15 +81,10 @@ class Env:
                                     "--tail=40", check=False).stdout[-4000:]
 
     def replica_writes(self) -> float:
-        """The operator's own count of replica writes (tritonllm_replica_writes_total)."""
-        text = self.op.metrics()
-        return sum(float(m.group(1)) for m in re.finditer(
-            r"^tritonllm_replica_writes_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+        return replica_writes(self.op)
 
     def replica_managers(self, kind: str, name: str) -> set[str]:
-        obj = self.kubectl_json("get", kind, name, "--show-managed-fields")
-        return {e["manager"] for e in obj["metadata"].get("managedFields") or []
-                if "f:replicas" in ((e.get("fieldsV1") or {}).get("f:spec") or {})}
+        return replica_managers(self.kubectl_json("get", kind, name, "--show-managed-fields"))
 
 
 @pytest.fixture(scope="module")

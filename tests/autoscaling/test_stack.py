@@ -13,14 +13,13 @@ stand for their metrics come from a small HTTP exporter in this test, scraped by
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+from tests.autoscaling.helpers import SimulatedExporter
 from tritonllm.cluster.autoscaling import (
     OPERATOR_JOB,
     PODS_JOB,
@@ -42,40 +41,6 @@ groups:
   - record: {RECORDED}
     expr: sum by (namespace) ({QUEUE})
 """
-
-
-class SimulatedExporter:
-    """Serves ``/metrics`` in Prometheus's text format from values the test sets."""
-
-    def __init__(self) -> None:
-        self.series: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = exporter.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def set(self, name: str, labels: dict[str, str], value: float) -> None:
-        self.series[(name, tuple(sorted(labels.items())))] = value
-
-    def render(self) -> str:
-        lines = []
-        for (name, labels), value in sorted(self.series.items()):
-            text = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines.append(f"{name}{{{text}}} {value}" if text else f"{name} {value}")
-        return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +66,7 @@ def stack(
     operator_endpoint: SimulatedExporter,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[AutoscalingStack]:
-    simulated = {
-        "job_name": "simulated-pods",
-        "honor_labels": True,
-        "static_configs": [{"targets": [exporter.address]}],
-    }
+    simulated = exporter.scrape_config("simulated-pods")
     with AutoscalingStack(
         cluster,
         tmp_path_factory.mktemp("autoscaling"),

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from tritonllm.api.deployment import FieldError, InvalidDeployment, parse_deployment
-from tritonllm.render import Rendered, RenderOptions, render_all, rendered_problems, validate
+from tritonllm.render import (
+    Rendered,
+    RenderOptions,
+    autoscaling,
+    render_all,
+    rendered_problems,
+    validate,
+)
 
 from .yamlio import dump_all, load_all
 
@@ -74,8 +81,7 @@ def _read(filename: str) -> str:
 def no_prometheus(rendered: Rendered) -> str | None:
     """A warning for a KEDA ScaledObject whose Prometheus is unknown here (the operator fills
     it from its TRITONLLM_PROMETHEUS_URL, and refuses the deployment when that is unset too)."""
-    scaled = rendered.scaled_object
-    if scaled is None or scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]:
+    if not autoscaling.lacks_prometheus(rendered.scaled_object):
         return None
     return (f"{rendered.namespace}/{rendered.name}: spec.autoscaling.prometheusUrl is unset: "
             "the ScaledObject's serverAddress is left empty here; the operator fills it from "

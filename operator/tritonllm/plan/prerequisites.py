@@ -10,7 +10,7 @@ from __future__ import annotations
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import TritonLLMDeployment
-from tritonllm.render import Rendered
+from tritonllm.render import Rendered, autoscaling
 
 from .conditions import Cond
 from .observed import Observed
@@ -67,7 +67,7 @@ def autoscaler_missing(dep: TritonLLMDeployment, rendered: Rendered, obs: Observ
             "(CRD scaledobjects.keda.sh): install KEDA (docs/autoscaling.md), or set "
             "autoscaler: HPA",
         )
-    if not scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]:
+    if autoscaling.lacks_prometheus(scaled):
         return Cond(
             c.COND_DEGRADED, "True", r.AUTOSCALER_MISSING,
             "spec.autoscaling.prometheusUrl is unset and the operator has no default "

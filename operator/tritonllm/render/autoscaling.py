@@ -23,13 +23,14 @@ docs/autoscaling.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from . import naming
-from .pod import RenderOptions, metadata, store_placement
+from .pod import RenderOptions, metadata, pull_secrets, store_placement
 
 # Pods metrics (custom.metrics.k8s.io, served by prometheus-adapter with the chart's rules) the HPA
 # reads, per autoscaling.metric.
@@ -195,6 +196,12 @@ def scaled_object(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, An
     }
 
 
+def lacks_prometheus(scaled: Mapping[str, Any] | None) -> bool:
+    """Whether a rendered ScaledObject has no Prometheus to query (neither the CR nor the
+    operator's settings named one)."""
+    return scaled is not None and not scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]
+
+
 def pod_monitor(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any] | None:
     """A PodMonitor over the serving pods' metrics port (and the activator's), rendered when
     the cluster serves the Prometheus operator's PodMonitor kind."""
@@ -335,7 +342,7 @@ def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[s
             # Placed like the serving pods (podTemplate's nodeSelector and tolerations), so it
             # runs where they can be reached; it takes no GPU.
             **store_placement(dep),
-            **_pull_secrets(dep),
+            **pull_secrets(dep),
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": {
@@ -372,7 +379,3 @@ def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[s
         },
     }
 
-
-def _pull_secrets(dep: TritonLLMDeployment) -> dict[str, Any]:
-    names = dep.spec.podTemplate.imagePullSecrets
-    return {"imagePullSecrets": [{"name": n} for n in names]} if names else {}

@@ -269,11 +269,16 @@ def pod_spec_common(dep: TritonLLMDeployment) -> dict[str, Any]:
         spec["nodeSelector"] = dict(pt.nodeSelector)
     if pt.serviceAccountName:
         spec["serviceAccountName"] = pt.serviceAccountName
-    if pt.imagePullSecrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in pt.imagePullSecrets]
+    spec.update(pull_secrets(dep))
     if pt.priorityClassName:
         spec["priorityClassName"] = pt.priorityClassName
     return spec
+
+
+def pull_secrets(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """podTemplate.imagePullSecrets as a pod spec's field (nothing when there are none)."""
+    names = dep.spec.podTemplate.imagePullSecrets
+    return {"imagePullSecrets": [{"name": n} for n in names]} if names else {}
 
 
 def store_placement(dep: TritonLLMDeployment) -> dict[str, Any]:
