@@ -200,5 +200,5 @@ def test_only_the_real_node_example_is_left_out_of_the_simulated_runs() -> None:
     from tritonllm.cli.demo import needs_real_node
 
     real = {p.stem for p in EXAMPLES if needs_real_node(yaml.safe_load(p.read_text()))}
-    assert real == {"cpu-standin", "cpu-standin-autoscaling"}
+    assert real == {"cpu-standin", "cpu-standin-autoscaling", "cpu-standin-multinode"}
     assert {p.stem for p in EXAMPLES} - {p.stem for p in SIMULATED_EXAMPLES} == real

@@ -112,6 +112,16 @@ GOLDEN_LOCAL: dict[str, list[str]] = {
         "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
         "--kv_cache_type paged --workers 1",
     ],
+    # The multi-node example: tp 2 across a group of two pods of one stand-in GPU each; the
+    # build Job has one GPU, so one worker builds both ranks' engines.
+    "cpu-standin-multinode": [
+        "python3 {X}/gpt/convert_checkpoint.py --model_dir {W} --output_dir {C} "
+        "--dtype float16 --tp_size 2 --pp_size 1",
+        "trtllm-build --checkpoint_dir {C} --output_dir {E} --max_batch_size 4 "
+        "--max_input_len 64 --max_seq_len 128 --max_num_tokens 256 --max_beam_width 1 "
+        "--gemm_plugin float16 --gpt_attention_plugin float16 --use_paged_context_fmha enable "
+        "--kv_cache_type paged --workers 1",
+    ],
 }
 
 

@@ -47,7 +47,7 @@ TAINT_KEY = "tritonllm.io/real-node"
 REAL_NODE_LABEL = "tritonllm.io/real-node"
 #: The product label a real node advertises: a CPU that stands in for GPUs.
 STANDIN_PRODUCT = "NVIDIA-CPU-STANDIN"
-STANDIN_GPUS = 2
+STANDIN_GPUS = 8
 #: Where images are served. Fixed (not a random port) so image names in examples stay stable.
 REGISTRY_ADDR = os.environ.get("TRITONLLM_REGISTRY", "127.0.0.1:5000")
 PAUSE_IMAGE = f"{REGISTRY_ADDR}/tritonllm/pause:{PAUSE_VERSION}"

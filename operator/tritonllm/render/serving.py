@@ -214,6 +214,11 @@ def leader_worker_set(
         "spec": {
             **_replicas(dep, opts),
             "startupPolicy": "LeaderCreated",
+            # The group's pods find each other by DNS through a headless Service. With the
+            # default (Shared) policy LeaderWorkerSet names it after the set, which is the name
+            # of our client Service: it finds that one, creates none, and no pod name resolves.
+            # UniquePerReplica names one per group after its leader pod (`<name>-<group>`).
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
                 "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0},

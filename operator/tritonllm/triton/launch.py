@@ -149,6 +149,9 @@ def mpirun_argv(
     if spec.ssh is not None:
         argv += ["--hostfile", spec.ssh.hostfile, "--mca", "plm_rsh_agent", rsh_agent(spec.ssh)]
         argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
+        # The map of ranks to hosts (pods) in the leader's log before the ranks start: which
+        # pod runs which rank is the first question when a group misbehaves.
+        argv.append("--display-map")
     for rank in range(spec.world_size):
         if rank:
             argv.append(":")
