@@ -25,6 +25,7 @@ from tritonllm.plan.reconcile import (
     plan_invalid,
     unschedulable_message,
 )
+from tritonllm.plan.observed import serving_failure
 from tritonllm.render import RenderOptions, naming, render_all
 
 T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
@@ -86,6 +87,7 @@ class World:
             mpi_secret_present=self.obs.get("mpi_secret_present"),
             unschedulable=self.obs.get("unschedulable"),
             pods_refused=self.obs.get("pods_refused"),
+            serving_failure=self.obs.get("serving_failure"),
         )
 
     def step(self, opts: RenderOptions | None = None) -> Plan:
@@ -495,3 +497,39 @@ def test_serving_pods_the_cluster_refuses_are_degraded(refused: str, reason: str
     degraded = w.cond(c.COND_DEGRADED)
     assert degraded["status"] == "True" and degraded["reason"] == reason
     assert refused in degraded["message"]
+
+
+def _failed_leader(exit_code: int = 17, state: str = "lastState") -> dict[str, Any]:
+    message = ("[timeout] no SSH login to the workers after 20s: "
+               "demo-0-1.demo-0.ns:2222 (no SSH banner)")
+    term = {"terminated": {"exitCode": exit_code, "reason": "Error", "message": message}}
+    return {"metadata": {"name": "demo-0", "namespace": "ns", "uid": "u1",
+                         "labels": {c.LABEL_COMPONENT: "server", c.LABEL_INSTANCE: "demo"}},
+            "status": {"containerStatuses": [{"name": "triton", "restartCount": 1,
+                                              "state": {"running": {}}, state: term}]}}
+
+
+def test_a_failed_serving_container_is_named_with_its_termination_message() -> None:
+    failure = serving_failure(_failed_leader())
+    assert failure is not None
+    assert failure.startswith("pod demo-0: container triton exited with code 17 (Error)")
+    assert "demo-0-1.demo-0.ns:2222" in failure
+    # A rank drained on SIGTERM exits 0; a Job's pod is not a serving pod.
+    assert serving_failure(_failed_leader(exit_code=0)) is None
+    job_pod = _failed_leader()
+    job_pod["metadata"]["labels"][c.LABEL_COMPONENT] = "build"
+    assert serving_failure(job_pod) is None
+
+
+def test_a_failed_serving_container_degrades_the_rollout_until_it_is_ready() -> None:
+    w = World(serving_failure=serving_failure(_failed_leader()))
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    w.step()
+    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
+    w.step()
+    w.step()
+    degraded, progressing = w.cond(c.COND_DEGRADED), w.cond(c.COND_PROGRESSING)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ServingPodFailed")
+    assert "demo-0-1.demo-0.ns:2222" in degraded["message"]
+    assert progressing["reason"] == "ServingPodFailed"

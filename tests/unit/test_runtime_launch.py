@@ -185,6 +185,27 @@ def test_launch_waits_for_the_model_repository(image: FakeImage) -> None:
     assert len(image.calls("mpirun")) == 1
 
 
+def test_sigterm_while_waiting_ends_launch_at_once(image: FakeImage) -> None:
+    """As PID 1 of its container, launch gets no default action for SIGTERM: without its own
+    handler the kubelet's stop would wait out the grace period before the serving command."""
+    plan, path = ready(image, "gpt2-medium")
+    Path(plan["modelRepository"]).rmdir()
+    proc = image.popen("launch", "--mode", "single", "--plan", str(path),
+                       env=image.env(TRITONLLM_WAIT_TIMEOUT="60"))
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert time.monotonic() - started < 5
+    assert "stopped before serving" in out and "SIGTERM" in out
+    assert image.calls("mpirun") == []
+
+
 def test_launch_gives_up_waiting_for_the_repository(image: FakeImage) -> None:
     plan, path = ready(image, "gpt2-medium")
     Path(plan["modelRepository"]).rmdir()
@@ -291,8 +312,9 @@ def test_leader_gives_up_on_unreachable_workers(
     image: FakeImage, secret: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan, _ = multi_plan(image, secret)
+    # The worker wait has its own bound (the repository's is long: a build may be running).
     use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="2",
-                  TRITONLLM_WAIT_TIMEOUT="0.5")
+                  TRITONLLM_WORKER_WAIT_TIMEOUT="0.5")
     monkeypatch.setattr(ssh, "probe", lambda host, port: None)
     with pytest.raises(common.Failure) as exc:
         launch.execute("leader", plan)

@@ -253,3 +253,26 @@ def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:
     stall = asyncio.run(PodChecks().job_stall(kube, ns, name, job))
     assert stall is not None and stall.reason == "QuotaExceeded" and QUOTA in stall.said
     assert [x.kind for x in kube.calls] == ["Pod", "Event"]
+
+
+def test_a_serving_failure_seen_once_is_kept_until_every_replica_is_ready() -> None:
+    """From the watch of serving pods: a failed leader is gone seconds later (its group is
+    recreated), so the failure is remembered, reported once, and forgotten when ready."""
+    from tests.unit.test_plan import _failed_leader
+    from tritonllm.api.deployment import TritonLLMDeployment
+
+    checks = PodChecks()
+    pod = _failed_leader()
+    assert checks.pod_changed(pod) == "demo"
+    assert checks.pod_changed(pod) is None  # the same failure again: no new reconcile
+    dep = TritonLLMDeployment.model_validate({
+        "apiVersion": "tritonllm.io/v1alpha1", "kind": "TritonLLMDeployment",
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"image": "nvcr.io/nvidia/tritonserver:24.07-trtllm-python-py3",
+                 "model": {"source": "hf://org/model"}}})
+    rolling = {"spec": {"replicas": 1}, "status": {"readyReplicas": 0}}
+    failure = checks.serving_failure(dep, rolling)
+    assert failure is not None and "demo-0-1.demo-0.ns:2222" in failure
+    assert checks.serving_failure(dep, {"spec": {"replicas": 1},
+                                        "status": {"readyReplicas": 1}}) is None
+    assert checks.serving_failure(dep, rolling) is None  # forgotten once ready

@@ -87,10 +87,11 @@ ClusterRole when it watches them all. */}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]
-# Pods are not watched: listed when a Job failed, a Job has no running pod, or a rollout stalls.
+# Pods: listed when a Job failed, a Job has no running pod, or a rollout stalls; serving pods
+# (label-selected) are watched for containers that exit with an error.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [list, watch]
 # Events: posted on condition flips; a Job with no pod is asked for its FailedCreate Events.
 - apiGroups: [""]
   resources: [events]

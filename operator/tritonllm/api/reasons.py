@@ -59,6 +59,11 @@ UNSCHEDULABLE: Final = "Unschedulable"
 """True: rolling out, but the scheduler cannot place a serving pod (its message is quoted). Also
 EngineReady/RepositoryReady False (and Progressing True): the scheduler cannot place the build or
 repository Job's pod (no node with the GPU product, an unbound claim, a taint)."""
+SERVING_POD_FAILED: Final = "ServingPodFailed"
+"""True (Degraded True too): rolling out, and a serving container exited with an error since
+(its termination message is quoted: a leader that reached no worker names the worker and the
+port; mpirun names the rank that died). Its workload restarts it (a multi-node group is
+recreated whole), so this clears itself once every replica is ready."""
 RETRYING_BUILD: Final = "RetryingBuild"
 """True: a failed build will be retried after its backoff."""
 DEPLOYED: Final = "Deployed"

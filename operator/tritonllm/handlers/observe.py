@@ -1,7 +1,8 @@
 """Read the world of one deployment: everything the planner's Observed holds.
 
 From the watch caches (tritonllm.handlers.cache), with no API request, except for pods and
-Secrets, which are not watched: the pods of a failed Job (their termination messages say why),
+Secrets, which are not cached (serving pods are watched only for containers that exit with an
+error: PodChecks.pod_changed): the pods of a failed Job (their termination messages say why),
 the serving pods while a rollout is not done (the scheduler's complaint), and the pods of a build
 or repository Job that has no running pod (why it does not start; with no pod at all, the Job's
 FailedCreate Events) are listed then, and only then, at most once per PodChecks.RECHECK_SECONDS
@@ -25,6 +26,7 @@ from tritonllm.plan.observed import (
     job_failed,
     job_finished,
     job_running,
+    serving_failure,
     unschedulable_message,
 )
 from tritonllm.plan.ownership import is_ours
@@ -79,6 +81,7 @@ async def observe(
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         mpi_secret=mpi,
         unschedulable=await pods.unschedulable(kube, dep, workload),
+        serving_failure=pods.serving_failure(dep, workload),
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 
@@ -117,6 +120,38 @@ class PodChecks:
     def __init__(self) -> None:
         self._last: dict[tuple[str, str], tuple[float, str | None]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
+        # The last serving container failure of each deployment: (its identity, message).
+        self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+
+    def pod_changed(self, pod: Obj) -> str | None:
+        """From the watch of serving pods: remember a container that exited with an error (a
+        failed leader is gone seconds later, when LeaderWorkerSet recreates its group, so a
+        list would miss it). Returns the deployment's name when this failure is new."""
+        message = serving_failure(pod)
+        meta = pod["metadata"]
+        name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
+        if message is None or not name:
+            return None
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        restarts = tuple(str(cs.get("restartCount", 0)) for cs in statuses)
+        identity = (meta.get("uid", ""), *restarts)
+        key = (meta.get("namespace", ""), name)
+        if self._failed.get(key, ((), ""))[0] == identity:
+            return None
+        self._failed[key] = (identity, message)
+        return name
+
+    def serving_failure(self, dep: TritonLLMDeployment, workload: Obj | None) -> str | None:
+        """The last serving failure while the workload has replicas not ready; forgotten once
+        every replica is ready."""
+        key = (dep.namespace, dep.name)
+        desired = ((workload or {}).get("spec") or {}).get("replicas", 1)
+        ready = ((workload or {}).get("status") or {}).get("readyReplicas", 0)
+        if workload is not None and ready >= desired:
+            self._failed.pop(key, None)
+            return None
+        found = self._failed.get(key)
+        return found[1] if found else None
 
     async def job_stall(
         self, kube: Kube, namespace: str, name: str, job: Obj | None
@@ -163,6 +198,7 @@ class PodChecks:
 
     def forget(self, namespace: str, name: str) -> None:
         self._last.pop((namespace, name), None)
+        self._failed.pop((namespace, name), None)
 
 
 class SecretChecks:

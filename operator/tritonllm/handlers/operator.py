@@ -34,6 +34,9 @@ log = logging.getLogger("tritonllm.operator")
 _state: dict[str, Any] = {}
 MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.APP_NAME}"
+SERVING_PODS_SELECTOR = (
+    f"{MANAGED_SELECTOR},{c.LABEL_COMPONENT} in ({c.COMPONENT_SERVER},{c.COMPONENT_WORKER})"
+)
 # kopf's per-object workers, per watched kind, and how long an idle one lingers.
 WORKERS_PER_KIND = 64
 WORKER_IDLE_SECONDS = 1.0
@@ -73,9 +76,10 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
 def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) -> None:
     """The list and watch requests of the kinds we create carry our label selector: the API
     server sends only our objects (kopf's `labels=` filters alone run after each object arrived
-    and was parsed)."""
+    and was parsed). Pods: only our serving pods (leaders, workers)."""
     for resource in managed_resources(specs):
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
+    settings.watching.label_selectors[("", "v1", "pods")] = SERVING_PODS_SELECTOR
 
 
 def _indexer(spec: IndexSpec) -> Any:
@@ -210,6 +214,14 @@ async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_:
         names |= set(reconciler().cache.deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
     for n in names:
         reconciler().request(namespace, n)
+
+
+@kopf.on.event("v1", "pods", labels=MANAGED)
+async def pod_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    """Serving pods, for one thing only: a container that exits with an error (its termination
+    message goes into the deployment's conditions; nothing else of a pod is kept)."""
+    if event.get("type") != "DELETED":
+        reconciler().pod_changed(dict(body))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

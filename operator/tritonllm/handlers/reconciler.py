@@ -96,6 +96,13 @@ class Reconciler:
 
     # --- scheduling ------------------------------------------------------------------------
 
+    def pod_changed(self, pod: dict[str, Any]) -> None:
+        """A serving pod changed: a container that exited with an error is reported in its
+        deployment's conditions (ServingPodFailed)."""
+        name = self._pods.pod_changed(pod)
+        if name:
+            self.request(pod["metadata"].get("namespace", ""), name)
+
     def request(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one object (coalesced)."""
         key = (namespace, name)

@@ -53,6 +53,9 @@ class Observed:
     unschedulable: str | None = None
     # Why the workload's controller cannot create serving pods (its ReplicaFailure message).
     pods_refused: str | None = None
+    # The last serving container that exited with an error while the rollout is not done
+    # (serving_failure: pod, exit code, termination message).
+    serving_failure: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +120,25 @@ def termination_message(pods: Sequence[Obj]) -> str:
                 head += f" ({reason})" if reason else ""
                 return f"{head}: {log_tail(msg)}" if msg else head
     return ""
+
+
+def serving_failure(pod: Obj) -> str | None:
+    """A serving pod's container that exited with an error, now or before its last restart:
+    `pod P: container C exited with code N (reason): <termination message>`. None for any other
+    pod (a Job's), and for a container that stopped with status 0 (a drained rank)."""
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
+        return None
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (cs.get("state"), cs.get("lastState")):
+            term = (state or {}).get("terminated") or {}
+            if term and term.get("exitCode", 0) != 0:
+                msg = (term.get("message") or "").strip()
+                head = f"pod {pod['metadata'].get('name')}: container {cs.get('name')} exited"
+                head += f" with code {term.get('exitCode')}"
+                head += f" ({term['reason']})" if term.get("reason") else ""
+                return f"{head}: {log_tail(msg)}" if msg else head
+    return None
 
 
 def unschedulable_message(pods: Sequence[Obj]) -> str | None:

@@ -85,6 +85,8 @@ def summarise(
             message += f"; a serving pod cannot be scheduled: {obs.unschedulable}"
         if obs.pods_refused:
             return pods_refused_summary(obs.pods_refused, message)
+        if obs.serving_failure:
+            return serving_failure_summary(obs.serving_failure, message)
         return Summary(fine, Cond(c.COND_PROGRESSING, "True", reason, message), reason)
     message = "every replica runs the current engine and settings"
     done = Cond(c.COND_PROGRESSING, "False", r.DEPLOYED, message)
@@ -111,6 +113,16 @@ def pods_refused_summary(refused: str, progress: str) -> Summary:
     message = f"serving pods cannot be created: {refused}; {fix}"
     degraded = Cond(c.COND_DEGRADED, "True", reason, message)
     return Summary(degraded, Cond(c.COND_PROGRESSING, "True", reason, progress), reason)
+
+
+def serving_failure_summary(failure: str, progress: str) -> Summary:
+    """A serving container exited with an error during the rollout: its workload restarts it
+    (a group is recreated whole), which may not help; Degraded quotes why it stopped."""
+    message = f"a serving container failed: {failure}; it is restarted (a multi-node group is "
+    message += "recreated whole); if this repeats, fix what the message names"
+    degraded = Cond(c.COND_DEGRADED, "True", r.SERVING_POD_FAILED, message)
+    progressing = Cond(c.COND_PROGRESSING, "True", r.SERVING_POD_FAILED, progress)
+    return Summary(degraded, progressing, r.SERVING_POD_FAILED)
 
 
 def blocked_summary(blocked: Cond) -> Summary:

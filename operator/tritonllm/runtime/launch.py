@@ -25,10 +25,13 @@ sshd.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,14 @@ from .verified import verify_engine
 MODES = ("single", "leader", "worker")
 ENV_WAIT_TIMEOUT = "TRITONLLM_WAIT_TIMEOUT"
 DEFAULT_WAIT_SECONDS = 1800.0
+# How long the leader waits for every worker's sshd to accept mpirun's login. The group's pods
+# are created together and pull the same image, and the leader gets here only after its own
+# pull, the repository and the engine check, so a worker still missing after this long is not
+# slow: it is unreachable (a NetworkPolicy, a broken sshd). The leader then exits with a message
+# naming each worker and the port; the LeaderWorkerSet recreates the group (a retry), and the
+# operator reports the message in the deployment's conditions (ServingPodFailed).
+ENV_WORKER_WAIT_TIMEOUT = "TRITONLLM_WORKER_WAIT_TIMEOUT"
+DEFAULT_WORKER_WAIT_SECONDS = 600.0
 REPORT_EVERY_SECONDS = 10.0
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 
@@ -69,12 +80,33 @@ def main(mode: str, plan_path: str) -> int:
     return run_main("launch", lambda: execute(mode, load_plan(plan_path)))
 
 
-def wait_seconds() -> float:
-    raw = os.environ.get(ENV_WAIT_TIMEOUT)
+def wait_seconds(name: str = ENV_WAIT_TIMEOUT, default: float = DEFAULT_WAIT_SECONDS) -> float:
+    raw = os.environ.get(name)
     try:
-        return float(raw) if raw else DEFAULT_WAIT_SECONDS
+        return float(raw) if raw else default
     except ValueError as exc:
-        raise Failure(EXIT_INVALID, f"{ENV_WAIT_TIMEOUT}={raw!r} is not a number") from exc
+        raise Failure(EXIT_INVALID, f"{name}={raw!r} is not a number") from exc
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT arrived before the serving command started."""
+
+
+@contextlib.contextmanager
+def stop_on_signal() -> Iterator[None]:
+    """Let SIGTERM end the waits before the serving command starts. As the container's PID 1
+    this process gets no default action for SIGTERM: without a handler the kubelet's stop would
+    wait out the whole grace period, and a group being recreated would wait on its old pods."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def execute(mode: str, plan: dict[str, Any]) -> int:
@@ -92,11 +124,12 @@ def execute(mode: str, plan: dict[str, Any]) -> int:
     require_gpus(topology.gpus_per_pod, "this serving pod")
     if mode == "worker":
         return run_worker(plan)
-    wait_for_repository(Path(plan["modelRepository"]), wait_seconds())
-    if plan.get("runtime", "engine") == "engine":
-        verify_engine_for_image(plan, topology)
-    if mode == "leader":
-        prepare_leader(plan, topology)
+    try:
+        with stop_on_signal():
+            prepare(mode, plan, topology)
+    except Stopped as exc:
+        log("launch", "exit", code=EXIT_OK, signal=str(exc), message="stopped before serving")
+        return EXIT_OK
     argv: list[str] = list(plan["argv"])
     log("launch", "exec", mode=mode, argv=argv)
     # Under mpirun, SIGTERM goes to the local ranks (see drain_targets).
@@ -105,6 +138,15 @@ def execute(mode: str, plan: dict[str, Any]) -> int:
     code = result.returncode if result.returncode >= 0 else 128 - result.returncode
     log("launch", "exit", code=code, signal=result.signalled)
     return code
+
+
+def prepare(mode: str, plan: dict[str, Any], topology: Topology) -> None:
+    """Everything before the serving command: the repository, the engine, the group."""
+    wait_for_repository(Path(plan["modelRepository"]), wait_seconds())
+    if plan.get("runtime", "engine") == "engine":
+        verify_engine_for_image(plan, topology)
+    if mode == "leader":
+        prepare_leader(plan, topology)
 
 
 def drain_targets(mpirun_pid: int) -> list[int]:
@@ -197,7 +239,8 @@ def prepare_leader(plan: dict[str, Any], topology: Topology) -> None:
     log("launch", "waiting", what="workers", hosts=hosts, port=port)
     # Every worker must accept a real login with mpirun's own SSH command before mpirun runs.
     check = ssh.LoginCheck(str(cfg["agent"]).split())
-    addresses = ssh.wait_for_workers(hosts, port, wait_seconds(), check=check)
+    timeout = wait_seconds(ENV_WORKER_WAIT_TIMEOUT, DEFAULT_WORKER_WAIT_SECONDS)
+    addresses = ssh.wait_for_workers(hosts, port, timeout, check=check)
     ssh.write_hostfile(workdir, [socket.gethostname(), *addresses], topology.ranks_per_node)
 
 
