@@ -14,6 +14,7 @@ from tritonllm.api.deployment import InvalidDeployment, parse_deployment
 from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.gc import optional_refs
+from tritonllm.plan.observed import serving_failure
 from tritonllm.plan.reconcile import (
     FINALIZER,
     MAX_BUILD_ATTEMPTS,
@@ -25,7 +26,6 @@ from tritonllm.plan.reconcile import (
     plan_invalid,
     unschedulable_message,
 )
-from tritonllm.plan.observed import serving_failure
 from tritonllm.render import RenderOptions, naming, render_all
 
 T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)

@@ -64,6 +64,7 @@ from tritonllm.cluster.versions import (
     HELM,
     KEDA,
     KEDA_CRD_FILES,
+    KUBE_ROUTER,
     KUBERNETES,
     KWOK,
     LOCAL_PATH,
@@ -675,6 +676,10 @@ def build_component(component: Component, progress: Progress = _stderr) -> bool:
                 raise BuildError(f"local-path-provisioner binary missing in {component.bindir}")
         elif component is PAUSE:
             _build_pause(component, log, progress)
+        elif component is KUBE_ROUTER:
+            pkg = "github.com/cloudnativelabs/kube-router/v2"
+            ldflags = f"-s -w -X {pkg}/pkg/version.Version={component.version}"
+            _go_install(component, f"{pkg}/cmd/kube-router", log, progress, ldflags=ldflags)
         elif component is ARGOCD:
             _build_argocd(component, missing, log, progress)
         elif component is PROMETHEUS:

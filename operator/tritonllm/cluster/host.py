@@ -277,6 +277,11 @@ def _kube_chains(tool: str) -> list[tuple[str, str]]:
     return out
 
 
+def policy_chains_ready() -> bool:
+    """Whether kube-router made its first pass (its FORWARD chain exists)."""
+    return _run("iptables", "-S", "KUBE-ROUTER-FORWARD", check=False).returncode == 0
+
+
 def remove_kube_chains() -> None:
     """Delete the KUBE-* chains kubelet and kube-proxy created, and the jumps to them.
 

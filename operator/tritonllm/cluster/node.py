@@ -34,6 +34,7 @@ from tritonllm.cluster.host import BRIDGE, CGROUP_ROOT, CNI_BIN_DIR, GATEWAY, PO
 from tritonllm.cluster.versions import (
     CONTAINERD,
     COREDNS,
+    KUBE_ROUTER,
     KUBERNETES,
     LOCAL_PATH,
     PAUSE_VERSION,
@@ -281,6 +282,30 @@ def corefile(kubeconfig: Path, health_port: int, ready_port: int) -> str:
 
 def coredns_argv(corefile_path: Path) -> list[str]:
     return [str(COREDNS.path("coredns")), "-conf", str(corefile_path)]
+
+
+def kube_router_argv(kubeconfig: Path) -> list[str]:
+    """kube-router as the node's NetworkPolicy enforcer only: its firewall (iptables chains per
+    pod, ipsets per policy, also for bridged traffic between pods of the node) without its
+    routing, service proxy or CNI, which the bridge CNI and kube-proxy provide."""
+    return [
+        str(KUBE_ROUTER.path("kube-router")),
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={NODE_NAME}",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        "--run-loadbalancer=false",
+        "--enable-cni=false",
+        "--health-port=0",
+        "--metrics-port=0",
+        "--v=1",
+    ]
+
+
+def kube_router_cleanup_argv() -> list[str]:
+    """Remove every chain and ipset kube-router made (the real node's teardown)."""
+    return [str(KUBE_ROUTER.path("kube-router")), "--cleanup-config"]
 
 
 def containerd_argv(config: Path) -> list[str]:

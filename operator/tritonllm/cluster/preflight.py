@@ -105,6 +105,7 @@ NEEDS: tuple[Need, ...] = (
     Need("real-node", f"CNI plugins in {CNI_BIN_DIR}", _cni, "containernetworking-plugins"),
     Need("real-node", "iptables", _on_path("iptables"), "iptables"),
     Need("real-node", "ip (iproute2)", _on_path("ip"), "iproute2"),
+    Need("real-node", "ipset (kube-router's NetworkPolicy sets)", _on_path("ipset"), "ipset"),
     Need("images", "buildah (daemonless image builds)", _on_path("buildah"), "buildah"),
     Need("images", "mmdebstrap (Debian base images)", _on_path("mmdebstrap"), "mmdebstrap"),
     Need("images", "busybox-static (the helper image)", _dpkg("busybox-static"), "busybox-static"),

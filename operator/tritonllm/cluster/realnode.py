@@ -25,7 +25,7 @@ import yaml
 
 from tritonllm.cluster import host, node, procs
 from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, NodePaths
-from tritonllm.cluster.versions import KUBERNETES, REAL_NODE, cache_root
+from tritonllm.cluster.versions import KUBE_ROUTER, KUBERNETES, REAL_NODE, cache_root
 
 #: Processes of the real node, in start order; ``STOP_ORDER`` stops them (then containers).
 PROCESSES = (
@@ -34,10 +34,13 @@ PROCESSES = (
     "apiserver-forward",
     "kubelet",
     "kube-proxy",
+    "kube-router",
     "coredns",
     "local-path",
 )
-STOP_FIRST = ("local-path", "coredns", "kube-proxy", "apiserver-forward", "kubelet")
+STOP_FIRST = (
+    "local-path", "coredns", "kube-router", "kube-proxy", "apiserver-forward", "kubelet"
+)
 STOP_LAST = ("containerd", "registry")
 
 
@@ -211,9 +214,11 @@ class RealNode:
             "Corefile", node.corefile(c.kubeconfig, p.coredns_health, p.coredns_ready)
         )
         c.spawn("coredns", node.coredns_argv(corefile))
+        c.spawn("kube-router", node.kube_router_argv(c.kubeconfig))
         c.wait_for(
             lambda: _healthy(f"http://127.0.0.1:{p.proxy_healthz}/healthz"), "kube-proxy /healthz"
         )
+        c.wait_for(host.policy_chains_ready, "kube-router NetworkPolicy chains")
 
     def _node_ready(self) -> bool:
         out = self.cluster.kubectl(
@@ -261,6 +266,9 @@ class RealNode:
             subprocess.run(
                 [str(proxy), "--cleanup", "--v=0"], capture_output=True, check=False, timeout=60
             )
+        if KUBE_ROUTER.path("kube-router").exists():  # its chains and ipsets
+            subprocess.run(node.kube_router_cleanup_argv(), capture_output=True, check=False,
+                           timeout=60)
         host.remove_kube_chains()
         problems += host.teardown_network()
         problems += host.cleanup_cgroups()

@@ -66,6 +66,11 @@ CONTAINERD_VERSION = "v2.4.2"
 COREDNS_VERSION = "v1.15.0"
 REGISTRY_VERSION = "v3.1.2"
 LOCAL_PATH_VERSION = "v0.0.30"
+#: kube-router, run with only its network policy controller (--run-firewall): the real node's
+#: NetworkPolicy enforcer (iptables + ipset; the bridge CNI enforces nothing). The only version
+#: the module proxy here serves; advisories for it concern its BGP routing and service proxy,
+#: which the local cluster does not run.
+KUBE_ROUTER_VERSION = "v2.1.0"
 PAUSE_VERSION = "3.10.2"
 RUNC_VERSION = "v1.5.2"
 ARGOCD_VERSION = "v3.6.1"
@@ -172,6 +177,7 @@ COREDNS = Component("coredns", COREDNS_VERSION, ("coredns",))
 REGISTRY = Component("registry", REGISTRY_VERSION, ("registry",))
 LOCAL_PATH = Component("local-path", LOCAL_PATH_VERSION, ("local-path-provisioner",))
 PAUSE = Component("pause", PAUSE_VERSION, ("pause",))
+KUBE_ROUTER = Component("kube-router", KUBE_ROUTER_VERSION, ("kube-router",))
 RUNC = Component("runc", RUNC_VERSION, ("runc",))
 ARGOCD = Component(
     "argocd", ARGOCD_VERSION, ("argocd",), files=ARGOCD_CRD_FILES + ARGOCD_SCRIPTS
@@ -188,8 +194,11 @@ PROMETHEUS_OPERATOR_CRDS = Component(
 
 #: What the control plane needs (kwok nodes only).
 CONTROL_PLANE: tuple[Component, ...] = (KUBERNETES, ETCD, KWOK, LWS, HELM)
-#: What a real node adds (container runtime, DNS, registry, storage, the sandbox image).
-REAL_NODE: tuple[Component, ...] = (CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE)
+#: What a real node adds (container runtime, DNS, registry, storage, the sandbox image, the
+#: NetworkPolicy enforcer).
+REAL_NODE: tuple[Component, ...] = (
+    CONTAINERD, RUNC, COREDNS, REGISTRY, LOCAL_PATH, PAUSE, KUBE_ROUTER
+)
 #: What the GitOps tier adds (Argo CD's processes run on the host against the cluster).
 GITOPS: tuple[Component, ...] = (ARGOCD,)
 #: What the autoscaling tier adds (Prometheus and the metrics APIs, on the host).
