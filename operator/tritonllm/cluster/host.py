@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -283,7 +284,8 @@ def policy_chains_ready() -> bool:
 
 
 def remove_kube_chains() -> None:
-    """Delete the KUBE-* chains kubelet and kube-proxy created, and the jumps to them.
+    """Delete the KUBE-* chains kubelet, kube-proxy and kube-router created, the jumps to them,
+    then kube-router's KUBE-* ipsets.
 
     Only on the real node's teardown: this machine runs no other Kubernetes node.
     """
@@ -294,10 +296,14 @@ def remove_kube_chains() -> None:
             if line.startswith("*"):
                 table = line[1:]
             elif line.startswith("-A ") and " -j KUBE-" in line:
-                chain = line.split()[1]
-                if not chain.startswith("KUBE-"):
-                    _run(tool, "-t", table, "-D", *line.split()[1:], check=False)
+                rule = shlex.split(line)  # comments are quoted
+                if not rule[1].startswith("KUBE-"):
+                    _run(tool, "-t", table, "-D", *rule[1:], check=False)
         for table, chain in chains:
             _run(tool, "-t", table, "-F", chain, check=False)
         for table, chain in chains:
             _run(tool, "-t", table, "-X", chain, check=False)
+    if shutil.which("ipset"):
+        for name in _run("ipset", "list", "-n", check=False).stdout.split():
+            if name.startswith("KUBE-"):
+                _run("ipset", "destroy", name, check=False)
