@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -870,3 +871,46 @@ def _forge(engine: Path, edit: Any) -> None:
     data = json.loads(marker.read_text())
     edit(data)
     marker.write_text(json.dumps(data))
+
+
+def test_a_group_stopped_by_a_rank_says_which_rank_and_where() -> None:
+    tail = [
+        "[1,0]<stderr>:I1125 server.cc:305] Waiting for in-flight requests to complete.",
+        "Primary job  terminated normally, but 1 process returned",
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        "mpirun noticed that process rank 1 with PID 20 on node 10.88.0.35 exited on signal 9 "
+        "(Killed).",
+        "--------------------------------------------------------------------------",
+    ]
+    message = launch.serving_stopped(["mpirun", "-n", "1"], 137, tail)
+    assert message == ("mpirun exited 137: mpirun noticed that process rank 1 with PID 20 on "
+                       "node 10.88.0.35 exited on signal 9 (Killed).")
+    assert launch.serving_stopped(["tritonserver"], 1, ["", "error: x"]) == \
+        "tritonserver exited 1: error: x"
+
+
+def test_the_leader_ends_its_group_once_its_own_ranks_have_drained(tmp_path: Path) -> None:
+    """A stand-in mpirun with one local rank (which drains on SIGTERM) and a remote rank that
+    never ends (its pod got no signal): after the local rank exits, GroupDrain sends SIGTERM to
+    mpirun, instead of letting the pod wait out its grace period."""
+    script = tmp_path / "mpirun.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "rank = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+        "                        env={**os.environ, 'OMPI_COMM_WORLD_RANK': '0'})\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (rank.kill(), sys.exit(1)))\n"
+        "print('ready', flush=True)\n"
+        "rank.wait()\n"
+        "time.sleep(60)  # the remote rank: mpirun waits for it\n"
+    )
+    mpirun = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert mpirun.stdout is not None and mpirun.stdout.readline().strip() == "ready"
+        group = launch.GroupDrain(timeout=10)
+        ranks = group(mpirun.pid)
+        assert len(ranks) == 1
+        os.kill(ranks[0], signal.SIGTERM)  # what forward_signals does with the targets
+        assert mpirun.wait(timeout=10) == 1
+    finally:
+        mpirun.kill()
+    assert group.ended

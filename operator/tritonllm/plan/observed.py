@@ -129,8 +129,11 @@ def serving_failure(pod: Obj) -> str | None:
     labels = pod["metadata"].get("labels") or {}
     if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
         return None
+    # A container that ends while its pod is deleted was stopped, whatever its status: only the
+    # run before its last restart counts then.
+    deleting = bool(pod["metadata"].get("deletionTimestamp"))
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (cs.get("state"), cs.get("lastState")):
+        for state in (None if deleting else cs.get("state"), cs.get("lastState")):
             term = (state or {}).get("terminated") or {}
             if term and term.get("exitCode", 0) != 0:
                 msg = (term.get("message") or "").strip()

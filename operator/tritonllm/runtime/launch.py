@@ -30,6 +30,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,7 @@ from .common import (
     plan_topology,
     product_label,
     read_artifact,
+    report_failure,
     require_gpus,
     run_child,
     run_main,
@@ -132,12 +134,34 @@ def execute(mode: str, plan: dict[str, Any]) -> int:
         return EXIT_OK
     argv: list[str] = list(plan["argv"])
     log("launch", "exec", mode=mode, argv=argv)
-    # Under mpirun, SIGTERM goes to the local ranks (see drain_targets).
+    # Under mpirun, SIGTERM goes to the local ranks (see drain_targets); its output passes
+    # through line by line, the tail kept to say which rank stopped the group.
     mpi = Path(argv[0]).name in MPI_LAUNCHERS
-    result = run_child(argv, signal_targets=drain_targets if mpi else None)
+    group = GroupDrain() if mode == "leader" else None
+    targets = (group or drain_targets) if mpi else None
+    result = run_child(argv, capture=mpi, signal_targets=targets)
     code = result.returncode if result.returncode >= 0 else 128 - result.returncode
+    if group is not None and group.ended:
+        code = EXIT_OK  # we ended the group after its leader drained: a clean stop
     log("launch", "exit", code=code, signal=result.signalled)
+    if code != 0 and result.signalled is None:
+        report_failure("launch", Failure(code, serving_stopped(argv, code, result.tail)))
     return code
+
+
+# What mpirun (Open MPI) says when a rank ends the job, most specific first.
+MPI_VERDICTS = ("mpirun noticed that process rank", "exited on signal", "returned a non-zero")
+
+
+def serving_stopped(argv: list[str], code: int, tail: list[str]) -> str:
+    """The termination message of a serving command that stopped on its own: mpirun's own
+    verdict on which rank ended the group (and where), else the last lines of its output."""
+    for verdict in MPI_VERDICTS:
+        lines = [line.strip() for line in tail if verdict in line]
+        if lines:
+            return f"{Path(argv[0]).name} exited {code}: {lines[-1]}"
+    last = " | ".join(line.strip() for line in tail[-3:] if line.strip())
+    return f"{Path(argv[0]).name} exited {code}" + (f": {last}" if last else "")
 
 
 def prepare(mode: str, plan: dict[str, Any], topology: Topology) -> None:
@@ -161,6 +185,49 @@ def drain_targets(mpirun_pid: int) -> list[int]:
     ranks = local_mpi_ranks(mpirun_pid)
     log("launch", "drain", ranks=ranks or None, to=None if ranks else "mpirun")
     return ranks
+
+
+class GroupDrain:
+    """The leader's graceful stop of a group: drain the leader's ranks, then end the others.
+
+    The kubelet stops the leader's container; the workers' ranks get no signal (their pods may
+    not be stopping at all, or are stopped separately), and mpirun waits for every rank, so the
+    leader would hold its pod for the whole grace period and be killed. Rank 0 serves every
+    request, so once the leader's ranks have drained nothing is in flight: then SIGTERM to mpirun
+    ends the remote ranks through their daemons (Open MPI's abort), and launch exits 0.
+    """
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, timeout: float = 40.0) -> None:  # tritonserver drains within 30 s
+        self.timeout = timeout
+        self.ended = False
+
+    def __call__(self, mpirun_pid: int) -> list[int]:
+        ranks = drain_targets(mpirun_pid)
+        if ranks:
+            threading.Thread(target=self._end_after, args=(mpirun_pid, ranks),
+                             daemon=True).start()
+        return ranks
+
+    def _end_after(self, mpirun_pid: int, ranks: list[int]) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline and any(map(_running, ranks)):
+            time.sleep(self.POLL_SECONDS)
+        if _running(mpirun_pid):
+            log("launch", "drain", ended="group", to="mpirun")
+            self.ended = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(mpirun_pid, signal.SIGTERM)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def wait_for_repository(repo: Path, timeout: float) -> None:
