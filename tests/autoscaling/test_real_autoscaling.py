@@ -33,7 +33,7 @@ from tritonllm.api import constants as c
 from tritonllm.cluster import images
 from tritonllm.cluster.autoscaling import AutoscalingStack
 from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR
+from tritonllm.cluster.node import REGISTRY_ADDR, STANDIN_GPUS
 from tritonllm.cluster.testing import fresh_namespace, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
@@ -137,8 +137,8 @@ def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(env: 
     env.cluster.apply([{**obj, "metadata": {**obj["metadata"], "namespace": env.ns}}])
     cr = _ready(env, name)
     scaling = cr["status"]["scaling"]
-    # The real node advertises two stand-in GPUs: two replicas of one GPU each.
-    assert (scaling["autoscaler"], scaling["capacity"]) == ("HPA", 2), scaling
+    # The real node advertises STANDIN_GPUS stand-in GPUs: as many replicas of one GPU each.
+    assert (scaling["autoscaler"], scaling["capacity"]) == ("HPA", STANDIN_GPUS), scaling
     # Prometheus scrapes the serving pod, the adapter serves the rule's metric for it.
     metric = "nv_inference_pending_request_count"
     raw = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{env.ns}/pods/*/{metric}"

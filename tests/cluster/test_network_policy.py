@@ -7,8 +7,8 @@ API server then evaluates the stored policy's selectors against those pods (`kub
 so the test shows that the policy holds both pod kinds, that its all-ports rule admits exactly the
 group, and that a pod of another deployment in the namespace is neither held nor admitted.
 
-What this cannot show: packets dropped. The local cluster's bridge network plugin does not enforce
-NetworkPolicy (docs/hardening.md).
+Packets dropped and admitted between real pods (kube-router enforces policies on the real node):
+tests/cluster/test_real_multinode.py.
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ def test_cpu_standin_example_serves_on_real_containers(
         client_log = cluster.kubectl("logs", "generate-client", "-n", ns).stdout
         assert f'"text_output":"{EXPECTED_4}"' in client_log, client_log + _diagnose(cluster, ns)
 
-        # Warm: the first deployment goes (its 2 stand-in GPUs are the node's), a second one of
+        # Warm: the first deployment goes (its pods and Jobs collected), a second one of
         # the same model finds the engine in the cache and runs no build.
         builds = op.metric("tritonllm_engine_builds_total")
         cluster.kubectl("delete", "tllm", "cpu-standin", "-n", ns, "--wait=true")

@@ -6,7 +6,7 @@ engine's files on the claim.
 
 One deployment goes through every step (each starts from what the previous one left, as a
 running service would). It is the CPU stand-in example with tensor parallelism 1, so a pod takes
-one of the real node's two stand-in GPUs and a rollout's surge pod (or a build beside a serving
+one of the real node's stand-in GPUs and a rollout's surge pod (or a build beside a serving
 pod) fits. The namespace enforces Pod Security `restricted`. The client runs on the host and
 reaches the pods through the Service's ClusterIP (kube-proxy); a new connection per request, as
 load balancers' clients do. Nothing is simulated but the GPUs.

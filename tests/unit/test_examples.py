@@ -155,7 +155,7 @@ def test_gpt2_medium() -> None:
 
 
 def test_cpu_standin() -> None:
-    """The real-node example: world size 2 on the stand-in image and its two stand-in GPUs,
+    """The real-node example: world size 2 on the stand-in image and two stand-in GPUs,
     placed on real-0, its store a local-path claim that the repository Job reaches too."""
     r = render_example("cpu-standin")
     assert r.launch_plan["worldSize"] == 2 and ranks(r.launch_plan["argv"]) == 2
@@ -202,3 +202,17 @@ def test_only_the_real_node_example_is_left_out_of_the_simulated_runs() -> None:
     real = {p.stem for p in EXAMPLES if needs_real_node(yaml.safe_load(p.read_text()))}
     assert real == {"cpu-standin", "cpu-standin-autoscaling", "cpu-standin-multinode"}
     assert {p.stem for p in EXAMPLES} - {p.stem for p in SIMULATED_EXAMPLES} == real
+
+
+def test_cpu_standin_multinode() -> None:
+    """The real-node multi-node example: a LeaderWorkerSet group of two pods of one stand-in GPU,
+    one headless Service per group (named after its leader pod, not the client Service's name),
+    mpirun over SSH with the rank map printed."""
+    r = render_example("cpu-standin-multinode")
+    lws = r.one("LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert lws["spec"]["networkConfig"] == {"subdomainPolicy": "UniquePerReplica"}
+    assert r.launch_plan["worldSize"] == 2 and ranks(r.launch_plan["argv"]) == 2
+    argv = r.launch_plan["argv"]
+    assert "--display-map" in argv and "--hostfile" in argv
+    assert r.one("Service")["metadata"]["name"] == lws["metadata"]["name"]
