@@ -133,7 +133,8 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
         "coredns",
         "registry",
         "local-path",
-        "pause",  # the real node
+        "pause",
+        "kube-router",  # the real node
         "argocd",  # the GitOps tier
         "prometheus",
         "prometheus-adapter",
