@@ -174,6 +174,20 @@ PRINTER_COLUMNS: list[Schema] = [
         "priority": 1,
         "description": "Triton TensorRT-LLM image",
     },
+    {
+        "name": "Phase",
+        "type": "string",
+        "jsonPath": ".status.phase",
+        "priority": 1,
+        "description": "The lifecycle phase under way (status.phases times each)",
+    },
+    {
+        "name": "In-Phase",
+        "type": "date",
+        "jsonPath": ".status.phaseStarted",
+        "priority": 1,
+        "description": "How long the phase under way has lasted",
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -56,6 +56,26 @@ class RepositoryStatus(ApiModel):
     """The model-store claim it was written to."""
 
 
+class PhaseTime(ApiModel):
+    """One lifecycle phase of the current revision, timed from the cluster's own records."""
+
+    name: str
+    """EngineBuild (the build Job: download, conversion, trtllm-build), RepositoryWrite (the
+    repository Job), WaitingForGpus (a serving pod created until scheduled), PodStart (scheduled
+    until its serving container started: image pulls, the tools init container), ModelLoad
+    (container started until Ready: the engine check, the group's login check, tritonserver
+    loading the models)."""
+    start: str
+    """When it began (RFC 3339)."""
+    end: str | None = None
+    """When it ended; unset while it runs."""
+    seconds: float | None = None
+    """end - start."""
+    source: str
+    """Where the times come from (the Job's status, the pod's conditions, the container's
+    state)."""
+
+
 class ScalingStatus(ApiModel):
     """What the autoscaler asks for and what the GPU nodes can give (spec.autoscaling set)."""
 
@@ -150,6 +170,13 @@ class TritonLLMDeploymentStatus(ApiModel):
     """The fit planner's table: weights, workspace and KV cache per GPU for the layouts it
     computed and the one served (unset when it knows the model's architecture or the GPU
     product's memory not)."""
+    phases: list[PhaseTime] | None = None
+    """The current revision's lifecycle, phase by phase (docs/observability.md); unset for an
+    engine found in the cache and a repository already written, whose phases did not run."""
+    phase: str | None = None
+    """The phase under way (`kubectl get tllm -o wide`), unset once serving."""
+    phaseStarted: str | None = None
+    """When it began (the printer column shows how long ago)."""
     scaling: ScalingStatus | None = None
     """Autoscaling: desired and ready replicas, GPU capacity, and what limits scaling up."""
     mpiSecretUid: str | None = None

@@ -7,10 +7,14 @@ publishing it costs the same with one deployment or a thousand.
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from tritonllm.api import constants as c
+from tritonllm.api.status import PhaseTime
+from tritonllm.plan import phases
 
 RECONCILES = Counter("tritonllm_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram("tritonllm_reconcile_duration_seconds", "Duration of a reconcile")
@@ -25,6 +29,12 @@ ACTING = Gauge(
     "tritonllm_operator_acting",
     "1 while this replica reconciles; 0 while it is paused (kopf peering lets another replica "
     "act) or has not started acting yet",
+)
+PHASE_SECONDS = Histogram(
+    "tritonllm_phase_seconds",
+    "Lifecycle phases of deployments' revisions, timed from the cluster's records (status.phases)",
+    ["phase"],
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200),
 )
 BY_CONDITION = Gauge(
     "tritonllm_deployments", "Deployments by condition and status", ["condition", "status"]
@@ -58,3 +68,28 @@ class ConditionGauge:
         for pair in conditions.items():
             self._counts[pair] += delta
             BY_CONDITION.labels(*pair).set(self._counts[pair])
+
+
+class PhaseHistory:
+    """tritonllm_phase_seconds, and the recent durations of each phase in this process: a phase
+    that takes far longer than its history gets a Warning Event (plan.phases.slow)."""
+
+    KEEP = 50
+
+    def __init__(self) -> None:
+        self._recent: dict[str, list[float]] = {}
+
+    def ended(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
+              ) -> list[tuple[str, str, str]]:
+        events = []
+        for phase in phases.newly_ended([PhaseTime.model_validate(p) for p in new], old):
+            if phase.seconds is None:
+                continue
+            history = self._recent.setdefault(phase.name, [])
+            message = phases.slow(phase, history)
+            if message:
+                events.append(("Warning", "PhaseSlow", message))
+            PHASE_SECONDS.labels(phase.name).observe(phase.seconds)
+            history.append(phase.seconds)
+            del history[: -self.KEEP]
+        return events

@@ -30,6 +30,7 @@ from tritonllm.plan.observed import (
     unschedulable_message,
 )
 from tritonllm.plan.ownership import is_ours
+from tritonllm.plan.phases import PodTimes
 from tritonllm.plan.stalls import Stall, job_stall
 from tritonllm.render import Rendered, naming
 
@@ -82,6 +83,7 @@ async def observe(
         mpi_secret=mpi,
         unschedulable=await pods.unschedulable(kube, dep, workload),
         serving_failure=pods.serving_failure(dep, workload),
+        serving_times=pods.serving_times(dep, r.repository_key),
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
     )
 
@@ -122,16 +124,22 @@ class PodChecks:
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
         # The last serving container failure of each deployment: (its identity, message).
         self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+        # Per deployment, per repository revision: the timestamps of its first serving pod.
+        self._times: dict[tuple[str, str], dict[str, PodTimes]] = {}
 
     def pod_changed(self, pod: Obj) -> str | None:
         """From the watch of serving pods: remember a container that exited with an error (a
         failed leader is gone seconds later, when LeaderWorkerSet recreates its group, so a
-        list would miss it). Returns the deployment's name when this failure is new."""
+        list would miss it), and the timestamps that time the revision's phases. Returns the
+        deployment's name when a new failure or the first ready pod is worth a reconcile."""
         message = serving_failure(pod)
         meta = pod["metadata"]
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
-        if message is None or not name:
+        if not name:
             return None
+        timed = self._record_times(meta.get("namespace", ""), name, pod)
+        if message is None:
+            return name if timed else None
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         restarts = tuple(str(cs.get("restartCount", 0)) for cs in statuses)
         identity = (meta.get("uid", ""), *restarts)
@@ -140,6 +148,29 @@ class PodChecks:
             return None
         self._failed[key] = (identity, message)
         return name
+
+    KEEP_REVISIONS = 3
+
+    def _record_times(self, namespace: str, name: str, pod: Obj) -> bool:
+        """Keep the timestamps of a revision's first serving pod (the leader of a group): the
+        first to become ready, or until one is, the latest. True when it just became ready (the
+        end of the timeline: worth a reconcile; the other steps are read on the next one)."""
+        labels = pod["metadata"].get("labels") or {}
+        repo = labels.get(c.LABEL_REPO_KEY)
+        times = PodTimes.of(pod)
+        if labels.get(c.LABEL_COMPONENT) != c.COMPONENT_SERVER or not repo or times is None:
+            return False
+        revisions = self._times.setdefault((namespace, name), {})
+        known = revisions.get(repo)
+        if known == times or (known is not None and known.ready and not times.ready):
+            return False
+        revisions[repo] = times
+        while len(revisions) > self.KEEP_REVISIONS:
+            revisions.pop(next(iter(revisions)))
+        return bool(times.ready)
+
+    def serving_times(self, dep: TritonLLMDeployment, repo_key: str) -> PodTimes | None:
+        return self._times.get((dep.namespace, dep.name), {}).get(repo_key)
 
     def serving_failure(self, dep: TritonLLMDeployment, workload: Obj | None) -> str | None:
         """The last serving failure while the workload has replicas not ready; forgotten once
@@ -199,6 +230,7 @@ class PodChecks:
     def forget(self, namespace: str, name: str) -> None:
         self._last.pop((namespace, name), None)
         self._failed.pop((namespace, name), None)
+        self._times.pop((namespace, name), None)
 
 
 class SecretChecks:

@@ -42,7 +42,7 @@ from tritonllm.render.manifest import Manifest
 
 from .cache import POD_MONITORS_CRD, Cache
 from .execute import NameConflict, WriteRefused, execute, failure
-from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge
+from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
 from .observe import PodChecks, SecretChecks, observe
 from .schedule import Schedule
 
@@ -84,6 +84,7 @@ class Reconciler:
         self._running: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._conditions = ConditionGauge()
+        self._phases = PhaseHistory()
         self._engine_locks: dict[Key, asyncio.Lock] = {}
         self.schedule = Schedule(self.request)
         self._pods = PodChecks()
@@ -253,6 +254,9 @@ class Reconciler:
             engine=engine, workload=workload, now=now, pods=self._pods, secrets=self._secrets,
         )
         decision = plan(body, dep, rendered, obs)
+        if decision.status is not None:
+            old = (body.get("status") or {}).get("phases") or []
+            decision.events += self._phases.ended(old, decision.status.get("phases") or [])
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
         return decision
 

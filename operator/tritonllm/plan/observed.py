@@ -14,6 +14,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 
+from .phases import PodTimes
 from .redact import log_tail
 from .stalls import Stall, unschedulable
 
@@ -56,6 +57,8 @@ class Observed:
     # The last serving container that exited with an error while the rollout is not done
     # (serving_failure: pod, exit code, termination message).
     serving_failure: str | None = None
+    # The first serving pod of the target revision's timestamps (tritonllm.plan.phases).
+    serving_times: PodTimes | None = None
 
 
 @dataclasses.dataclass(frozen=True)

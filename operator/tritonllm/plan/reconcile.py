@@ -114,7 +114,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         summary.progressing,
     ]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
-    fields = status_fields(body, dep, rendered, engine, workload, summary.reason)
+    fields = status_fields(body, dep, rendered, engine, workload, summary.reason, obs)
     fields.update(recorded_uid_fields(mpi_adopted, copy_uids))
     fields["scaling"] = scaling_status(dep, workload, obs)
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes

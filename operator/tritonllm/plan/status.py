@@ -21,6 +21,7 @@ from tritonllm.api.engine import is_engine_key
 from tritonllm.api.status import Condition, EngineStatus, TritonLLMDeploymentStatus
 from tritonllm.render import Rendered, naming
 
+from . import phases
 from .conditions import Cond, merge_conditions
 from .engine import EngineStep, is_cache_hit
 from .observed import JobObs, Obj, Observed, WorkloadObs
@@ -162,6 +163,7 @@ def status_fields(
     engine: EngineStep,
     workload: WorkloadObs,
     reason: str,
+    obs: Observed,
 ) -> dict[str, Any]:
     """The status fields a valid deployment's reconcile decides (conditions aside)."""
     par = dep.spec.engine.parallelism
@@ -185,12 +187,28 @@ def status_fields(
         "reason": reason,
         "parallelism": f"{par.tensor}x{par.pipeline}",
         "fit": fit_status(dep.spec, auto=asked_auto(body)),
+        **phase_fields(body, rendered, obs, engine_cached=current.cached),
     }
     served = workload.engine_key
     # A label that is not an engine key (not written by us) names no engine.
     if served and served != rendered.engine_key and is_engine_key(served):
         fields["previousEngine"] = EngineStatus(key=served, path=naming.engine_dir(served))
     return fields
+
+
+def phase_fields(
+    body: Obj, rendered: Rendered, obs: Observed, *, engine_cached: bool
+) -> dict[str, Any]:
+    """status.phases, and the phase under way with its start (tritonllm.plan.phases)."""
+    old = body.get("status") or {}
+    same = ((old.get("engine") or {}).get("key") == rendered.engine_key
+            and (old.get("repository") or {}).get("key") == rendered.repository_key)
+    seen = phases.observed_phases(obs.build_job, obs.repo_job, obs.serving_times,
+                                  engine_cached=engine_cached)
+    line = phases.timeline(seen, old.get("phases") or [], same_revision=same)
+    now = phases.current(line)
+    return {"phases": line or None, "phase": now.name if now else None,
+            "phaseStarted": now.start if now else None}
 
 
 def finish(

@@ -1,0 +1,73 @@
+"""Lifecycle phases timed from the cluster's records (tritonllm.plan.phases), and their metric and
+slow-phase Events (tritonllm.handlers.metrics.PhaseHistory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tritonllm.api.status import PhaseTime
+from tritonllm.handlers.metrics import PhaseHistory
+from tritonllm.plan import phases
+
+
+def job(start: str, end: str | None = None) -> dict[str, Any]:
+    return {"status": {"startTime": start, **({"completionTime": end} if end else {})}}
+
+
+def pod(ready: bool = True) -> dict[str, Any]:
+    conds = [{"type": "PodScheduled", "status": "True",
+              "lastTransitionTime": "2026-11-25T10:00:12Z"},
+             {"type": "Ready", "status": "True" if ready else "False",
+              "lastTransitionTime": "2026-11-25T10:00:31Z"}]
+    return {"metadata": {"creationTimestamp": "2026-11-25T10:00:10Z"},
+            "status": {"conditions": conds, "containerStatuses": [
+                {"name": "tritonllm-tools", "state": {"running": {"startedAt": "x"}}},
+                {"name": "triton", "state": {"running": {"startedAt": "2026-11-25T10:00:15Z"}}}]}}
+
+
+def test_every_phase_is_timed_from_its_objects() -> None:
+    times = phases.PodTimes.of(pod())
+    seen = phases.observed_phases(job("2026-11-25T09:58:00Z", "2026-11-25T09:59:40Z"),
+                                  job("2026-11-25T09:59:41Z", "2026-11-25T09:59:50Z"), times,
+                                  engine_cached=False)
+    assert [(p.name, p.seconds) for p in seen] == [
+        ("EngineBuild", 100.0), ("RepositoryWrite", 9.0), ("WaitingForGpus", 2.0),
+        ("PodStart", 3.0), ("ModelLoad", 16.0)]
+    assert phases.current(seen) is None
+    assert "startedAt" in seen[-1].source
+
+
+def test_the_phase_under_way_has_no_end_and_a_cached_engine_no_build() -> None:
+    seen = phases.observed_phases(job("2026-11-25T09:58:00Z", "2026-11-25T09:59:40Z"),
+                                  job("2026-11-25T09:59:41Z"), None, engine_cached=True)
+    assert [p.name for p in seen] == ["RepositoryWrite"]
+    now = phases.current(seen)
+    assert now is not None and now.name == "RepositoryWrite" and now.end is None
+    loading = phases.observed_phases(None, None, phases.PodTimes.of(pod(ready=False)),
+                                     engine_cached=True)
+    assert phases.current(loading) is not None
+    assert phases.current(loading).name == "ModelLoad"  # type: ignore[union-attr]
+
+
+def test_ended_phases_outlive_their_jobs_within_a_revision_only() -> None:
+    old = [{"name": "EngineBuild", "start": "2026-11-25T09:58:00Z", "end": "2026-11-25T09:59:40Z",
+            "seconds": 100.0, "source": "the build Job's startTime and completionTime"}]
+    kept = phases.timeline([], old, same_revision=True)
+    assert [p.name for p in kept] == ["EngineBuild"]
+    assert phases.timeline([], old, same_revision=False) == []
+
+
+def test_a_phase_far_slower_than_its_history_is_announced_once() -> None:
+    history = PhaseHistory()
+    for i in range(5):
+        line = [{"name": "EngineBuild", "start": f"2026-11-25T0{i}:00:00Z",
+                 "end": f"2026-11-25T0{i}:01:00Z", "seconds": 60.0, "source": "Job"}]
+        assert history.ended([], line) == []
+    slow = [{"name": "EngineBuild", "start": "2026-11-25T08:00:00Z",
+             "end": "2026-11-25T08:10:00Z", "seconds": 600.0, "source": "Job"}]
+    events = history.ended([], slow)
+    assert len(events) == 1 and events[0][:2] == ("Warning", "PhaseSlow")
+    assert "EngineBuild took 600 s, 10.0x the median of the last 5 (60 s)" in events[0][2]
+    assert history.ended(slow, slow) == []  # already counted
+    assert phases.slow(PhaseTime(name="X", start="a", end="b", seconds=20.0, source="s"),
+                       [1.0] * 9) is None  # under the floor
