@@ -64,6 +64,11 @@ SERVING_POD_FAILED: Final = "ServingPodFailed"
 (its termination message is quoted: a leader that reached no worker names the worker and the
 port; mpirun names the rank that died). Its workload restarts it (a multi-node group is
 recreated whole), so this clears itself once every replica is ready."""
+ENGINE_TAMPERED: Final = "EngineTampered"
+"""True (Degraded True too): a serving pod refused the engine on the store because its
+artifact.json is not the one the build reported to the operator (TritonLLMEngine
+status.digest): the store was changed after the build. Delete the TritonLLMEngine and the
+engine directory to have it built again."""
 RETRYING_BUILD: Final = "RetryingBuild"
 """True: a failed build will be retried after its backoff."""
 DEPLOYED: Final = "Deployed"

@@ -237,13 +237,16 @@ class Reconciler:
         uid = dep.metadata.uid or ""
         engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
+        recorded = record_status(engine)
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
             prometheus_url=self.settings.prometheus_url,
             activator_image=self.settings.activator_image,
             pod_monitors=self.cache.serves(POD_MONITORS_CRD),
-            engine_cached=is_cache_hit(record_status(engine), uid),
+            engine_cached=is_cache_hit(recorded, uid),
             observed_replicas=handover_replicas(dep, workload),
+            engine_digest=recorded.digest if recorded.state == "Ready" else None,
+            engine_fingerprints=recorded.fingerprintDigest,
         )
         rendered = render_all(dep, opts)
         too_big = rendered_problems(rendered)

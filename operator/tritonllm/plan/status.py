@@ -121,9 +121,12 @@ def serving_failure_summary(failure: str, progress: str) -> Summary:
     (a group is recreated whole), which may not help; Degraded quotes why it stopped."""
     message = f"a serving container failed: {failure}; it is restarted (a multi-node group is "
     message += "recreated whole); if this repeats, fix what the message names"
-    degraded = Cond(c.COND_DEGRADED, "True", r.SERVING_POD_FAILED, message)
-    progressing = Cond(c.COND_PROGRESSING, "True", r.SERVING_POD_FAILED, progress)
-    return Summary(degraded, progressing, r.SERVING_POD_FAILED)
+    # `tritonllm launch` says this when the store's engine is not the one its build reported
+    # (tritonllm.runtime.verified.check_reported): no restart helps.
+    reason = r.ENGINE_TAMPERED if "engine digest mismatch" in failure else r.SERVING_POD_FAILED
+    degraded = Cond(c.COND_DEGRADED, "True", reason, message)
+    progressing = Cond(c.COND_PROGRESSING, "True", reason, progress)
+    return Summary(degraded, progressing, reason)
 
 
 def blocked_summary(blocked: Cond) -> Summary:
