@@ -155,6 +155,9 @@ async def _elected(
     lease = LeaderLease(kube, settings.leader_election_namespace, settings.leader_election,
                         identity, duration=settings.lease_seconds)
     log = logging.getLogger("tritonllm.lease")
+    from tritonllm.handlers import operator as handlers
+
+    handlers.when_stopped(lease.release)  # as soon as the last pass is over, on SIGTERM
     try:
         async with _standby_health(settings):
             await lease.acquire()

@@ -91,6 +91,7 @@ class Reconciler:
         self._secrets = SecretChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
+        self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
         # more rendered objects in memory while waiting for it (a burst of 1000 new objects).
         self._passes = asyncio.Semaphore(PASSES_PER_CLIENT_SLOT * settings.api_concurrency)
@@ -104,8 +105,14 @@ class Reconciler:
         if name:
             self.request(pod["metadata"].get("namespace", ""), name)
 
+    def stop(self) -> None:
+        """The replica stops acting: requests from now on are dropped."""
+        self._stopped = True
+
     def request(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one object (coalesced)."""
+        if self._stopped:
+            return
         key = (namespace, name)
         if key in self._running:
             self._dirty.add(key)
