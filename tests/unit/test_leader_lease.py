@@ -147,3 +147,21 @@ def test_a_released_lease_is_taken_at_the_next_try() -> None:
     assert not asyncio.run(b.try_acquire())
     asyncio.run(a.release())
     assert asyncio.run(b.try_acquire()) and holder(api) == "b"
+
+
+def test_a_released_lease_ends_the_renewals_quietly() -> None:
+    """The standby may take the Lease the moment it is released; the old leader's renew loop,
+    still running while kopf closes its watches, must not call that a loss."""
+    api, clock = FakeLeases(), Clock()
+    a, b = replica(api, clock, "a"), replica(api, clock, "b")
+    a.renew_every = 0.01
+    asyncio.run(a.try_acquire())
+
+    async def release_then_taken() -> None:
+        keep = asyncio.create_task(a.keep())
+        await a.release()
+        assert await b.try_acquire()
+        await asyncio.wait_for(keep, timeout=5)  # returns, no LeaseLost
+
+    asyncio.run(release_then_taken())
+    assert holder(api) == "b"

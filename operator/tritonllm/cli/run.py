@@ -167,15 +167,15 @@ async def _elected(
             clusterwide=not settings.namespaces, liveness_endpoint=liveness, stop_flag=stop))
         keep = asyncio.create_task(lease.keep())
         done, _ = await asyncio.wait({operator, keep}, return_when=asyncio.FIRST_COMPLETED)
-        if keep in done:
+        if keep in done and not lease.released:
             stop.set()  # lost: stop acting before a standby may start
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(operator, timeout=settings.lease_seconds)
             keep.result()  # raises LeaseLost
             raise LeaseLost("the Lease renewal ended")
+        await operator  # stopping (SIGTERM): kopf's cleanup released the Lease
         keep.cancel()
         await lease.release()
-        operator.result()
     finally:
         await kube.close()
         log.info("leader election ended")

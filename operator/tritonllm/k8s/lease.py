@@ -74,6 +74,7 @@ class LeaderLease:
         self.retry_every = min(1.0, duration / 6)
         self.clock = clock
         self._seen: tuple[str, float] | None = None  # (the record as last read, first seen at)
+        self.released = False  # given up on a clean stop: keep() ends without LeaseLost
 
     # --- deciding -------------------------------------------------------------------------------
 
@@ -131,10 +132,12 @@ class LeaderLease:
             await asyncio.sleep(self.retry_every)
 
     async def keep(self) -> None:
-        """Renew until the Lease is lost; raises LeaseLost (it never returns otherwise)."""
+        """Renew until the Lease is lost (raises LeaseLost) or released (returns)."""
         renewed = self.clock()
         while True:
             await asyncio.sleep(self.renew_every)
+            if self.released:
+                return
             lease: dict[str, Any] | None = None
             try:
                 lease = await self.kube.get(LEASE_API_VERSION, KIND, self.namespace, self.name)
@@ -157,6 +160,7 @@ class LeaderLease:
 
     async def release(self) -> None:
         """Give the Lease up (a clean stop): the standby takes over at its next try."""
+        self.released = True
         try:
             lease = await self.kube.get(LEASE_API_VERSION, KIND, self.namespace, self.name)
             if ((lease or {}).get("spec") or {}).get("holderIdentity") != self.identity:
