@@ -19,9 +19,11 @@ from tests.cluster.operator_harness import (
     run_operator,
     store_objects,
     wait_condition,
+    wait_ready,
 )
 from tests.cluster.test_operator import small
 from tritonllm.cluster.local import LocalCluster
+from tritonllm.cluster.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -91,3 +93,64 @@ def test_build_pod_refused_by_a_quota_is_degraded(
     assert "raise the namespace's ResourceQuota" in degraded["message"], degraded
     assert any(e["reason"] == "QuotaExceeded" and e["type"] == "Warning"
                for e in events(cluster, namespace, "refused"))
+
+
+def test_build_pod_refused_by_a_limit_range_is_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A LimitRange whose per-container maximum the build pod exceeds: the Job controller's
+    FailedCreate Event carries the LimitRanger's words, and the deployment says which limit
+    and where to look (a LimitRange's message does not name it)."""
+    prepare_namespace(cluster, namespace)
+    cluster.apply([{"apiVersion": "v1", "kind": "LimitRange",
+                    "metadata": {"name": "small-containers", "namespace": namespace},
+                    "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]}}])
+    with run_operator(cluster, namespace, tmp_path):
+        start = time.monotonic()
+        cluster.apply([small("limited", namespace)])
+        obj = wait_condition(cluster, namespace, "limited", "Degraded", "True",
+                             reason="LimitRangeExceeded", timeout=60)
+        print(f"\n[measure] build pod refused by a LimitRange: apply -> named "
+              f"{time.monotonic() - start:.1f} s")
+    degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
+    job = obj["status"]["engine"]["buildJob"]
+    print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
+    assert degraded["message"].startswith(f"Job {job} cannot create its build pod: "), degraded
+    assert "maximum memory usage per Container is 1Gi" in degraded["message"], degraded
+    assert f"kubectl describe limitrange -n {namespace}" in degraded["message"], degraded
+    engine = next(x for x in obj["status"]["conditions"] if x["type"] == "EngineReady")
+    assert engine["reason"] == "LimitRangeExceeded", engine
+
+
+def test_repository_pod_refused_by_a_quota_is_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A second deployment reuses the first one's engine (a cache hit: no build), and a quota
+    that the first one's pods have filled refuses its repository Job's pod: the deployment is
+    Degraded, naming the repository Job and the quota."""
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path):
+        cluster.apply([small("first", namespace)])
+        wait_ready(cluster, namespace, "first")
+        running = [p for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+                   if p["status"].get("phase") not in ("Succeeded", "Failed")]
+        cluster.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+                        "metadata": {"name": "full", "namespace": namespace},
+                        "spec": {"hard": {"pods": str(len(running))}}}])
+        wait_for(lambda: (cluster.kubectl_json("get", "resourcequota", "full", "-n", namespace)
+                          .get("status") or {}).get("used"), timeout=30, what="quota status")
+        start = time.monotonic()
+        cluster.apply([small("second", namespace)])
+        obj = wait_condition(cluster, namespace, "second", "Degraded", "True",
+                             reason="QuotaExceeded", timeout=90)
+        print(f"\n[measure] repository pod refused by a quota: apply -> named "
+              f"{time.monotonic() - start:.1f} s")
+    conds = {x["type"]: x for x in obj["status"]["conditions"]}
+    print(f"Degraded={conds['Degraded']['reason']}: {conds['Degraded']['message']}")
+    assert conds["EngineReady"]["reason"] == "EngineCached", conds["EngineReady"]
+    repository = conds["RepositoryReady"]
+    assert repository["reason"] == "QuotaExceeded", repository
+    assert "cannot create its repository pod" in repository["message"], repository
+    assert "exceeded quota: full" in conds["Degraded"]["message"], conds["Degraded"]
+    assert any(e["reason"] == "QuotaExceeded" and e["type"] == "Warning"
+               for e in events(cluster, namespace, "second"))
