@@ -71,55 +71,45 @@ def test_build_pod_on_an_unbound_claim_is_named_then_clears(
         wait_condition(cluster, namespace, "stuck", "EngineReady", "True", timeout=180)
 
 
-def test_build_pod_refused_by_a_quota_is_degraded(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
+def _refuser(kind: str, namespace: str) -> dict[str, Any]:
+    meta = {"name": "no-pods" if kind == "ResourceQuota" else "small-containers",
+            "namespace": namespace}
+    spec = ({"hard": {"pods": "0"}} if kind == "ResourceQuota"
+            else {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]})
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+@pytest.mark.parametrize(("kind", "reason", "says", "fix"), [
+    ("ResourceQuota", "QuotaExceeded", "exceeded quota: no-pods",
+     "raise the namespace's ResourceQuota"),
+    # A LimitRange's message names the limit, not the object: the fix says where to look.
+    ("LimitRange", "LimitRangeExceeded", "maximum memory usage per Container is 1Gi",
+     "kubectl describe limitrange -n "),
+])
+def test_build_pod_refused_by_a_quota_or_limit_range_is_degraded(
+    cluster: LocalCluster, namespace: str, tmp_path: Path, kind: str, reason: str, says: str,
+    fix: str,
 ) -> None:
+    """The Job controller's FailedCreate Event carries the API server's words: the deployment
+    is Degraded with them and the fix, within seconds."""
     prepare_namespace(cluster, namespace)
-    cluster.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
-                    "metadata": {"name": "no-pods", "namespace": namespace},
-                    "spec": {"hard": {"pods": "0"}}}])
+    cluster.apply([_refuser(kind, namespace)])
     with run_operator(cluster, namespace, tmp_path):
         start = time.monotonic()
         cluster.apply([small("refused", namespace)])
         obj = wait_condition(cluster, namespace, "refused", "Degraded", "True",
-                             reason="QuotaExceeded", timeout=60)
-        print(f"\n[measure] build pod refused by a quota: apply -> named "
+                             reason=reason, timeout=60)
+        print(f"\n[measure] build pod refused by a {kind}: apply -> named "
               f"{time.monotonic() - start:.1f} s")
     degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
     job = obj["status"]["engine"]["buildJob"]
     print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
     assert degraded["message"].startswith(f"Job {job} cannot create its build pod: "), degraded
-    assert "exceeded quota: no-pods" in degraded["message"], degraded
-    assert "raise the namespace's ResourceQuota" in degraded["message"], degraded
-    assert any(e["reason"] == "QuotaExceeded" and e["type"] == "Warning"
-               for e in events(cluster, namespace, "refused"))
-
-
-def test_build_pod_refused_by_a_limit_range_is_degraded(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> None:
-    """A LimitRange whose per-container maximum the build pod exceeds: the Job controller's
-    FailedCreate Event carries the LimitRanger's words, and the deployment says which limit
-    and where to look (a LimitRange's message does not name it)."""
-    prepare_namespace(cluster, namespace)
-    cluster.apply([{"apiVersion": "v1", "kind": "LimitRange",
-                    "metadata": {"name": "small-containers", "namespace": namespace},
-                    "spec": {"limits": [{"type": "Container", "max": {"memory": "1Gi"}}]}}])
-    with run_operator(cluster, namespace, tmp_path):
-        start = time.monotonic()
-        cluster.apply([small("limited", namespace)])
-        obj = wait_condition(cluster, namespace, "limited", "Degraded", "True",
-                             reason="LimitRangeExceeded", timeout=60)
-        print(f"\n[measure] build pod refused by a LimitRange: apply -> named "
-              f"{time.monotonic() - start:.1f} s")
-    degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
-    job = obj["status"]["engine"]["buildJob"]
-    print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
-    assert degraded["message"].startswith(f"Job {job} cannot create its build pod: "), degraded
-    assert "maximum memory usage per Container is 1Gi" in degraded["message"], degraded
-    assert f"kubectl describe limitrange -n {namespace}" in degraded["message"], degraded
+    assert says in degraded["message"] and fix in degraded["message"], degraded
     engine = next(x for x in obj["status"]["conditions"] if x["type"] == "EngineReady")
-    assert engine["reason"] == "LimitRangeExceeded", engine
+    assert engine["reason"] == reason, engine
+    assert any(e["reason"] == reason and e["type"] == "Warning"
+               for e in events(cluster, namespace, "refused"))
 
 
 def test_repository_pod_refused_by_a_quota_is_degraded(
@@ -151,6 +141,7 @@ def test_repository_pod_refused_by_a_quota_is_degraded(
     repository = conds["RepositoryReady"]
     assert repository["reason"] == "QuotaExceeded", repository
     assert "cannot create its repository pod" in repository["message"], repository
+    assert "this pod asks for 100m CPU" in repository["message"], repository
     assert "exceeded quota: full" in conds["Degraded"]["message"], conds["Degraded"]
     assert any(e["reason"] == "QuotaExceeded" and e["type"] == "Warning"
                for e in events(cluster, namespace, "second"))

@@ -21,17 +21,14 @@ import yaml
 from tests.cluster.operator_harness import get_cr, run_operator, wait_condition
 from tests.cluster.test_real_flow import (
     EXAMPLE,
-    SEED,
     _diagnose,
     _first_answer,
     _pods,
     _volume_dir,
-    restrict,
+    seeded,
 )
 from tests.unit.test_engine_digest import rewrite_store
-from tritonllm.cluster import images
 from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR
 from tritonllm.cluster.testing import wait_for
 from tritonllm.runtime import common, verified
 
@@ -59,11 +56,7 @@ def test_a_serving_pod_refuses_an_engine_rewritten_on_the_store(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    restrict(cluster, ns)
-    refs = images.ensure_images(REGISTRY_ADDR)
-    cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
-    cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
-                    "--timeout=240s", timeout=270)
+    refs = seeded(cluster, ns)
     with run_operator(cluster, ns, tmp_path, tools_image=refs["operator"]) as op:
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(digest_cr()))
         cr, _ = _first_answer(cluster, ns, NAME, op, 420)

@@ -324,31 +324,21 @@ class Kube:
     async def create(self, obj: Sendable) -> dict[str, Any] | None:
         """Create; the object as created, or None when the name is taken (for objects that must
         not be re-applied, or adopted)."""
-        try:
-            out: dict[str, Any] = await self._call(
-                "create",
-                obj.kind,
-                "POST",
-                path_for(obj.api_version, obj.kind, obj.namespace),
-                body=obj.body,
-                query=[("fieldManager", self.field_manager)],
-            )
-            return out
-        except KubeError as exc:
-            if exc.status == 409:
-                return None
-            raise
+        path = path_for(obj.api_version, obj.kind, obj.namespace)
+        return await self._unless_conflict("create", "POST", path, obj)
 
     async def replace(self, obj: Sendable) -> dict[str, Any] | None:
         """Replace (PUT) an object whose body carries the resourceVersion it was read at; None
         when it changed since (409 Conflict: someone else wrote it first)."""
+        path = path_for(obj.api_version, obj.kind, obj.namespace, obj.name)
+        return await self._unless_conflict("replace", "PUT", path, obj)
+
+    async def _unless_conflict(
+        self, verb: str, method: str, path: str, obj: Sendable
+    ) -> dict[str, Any] | None:
         try:
             out: dict[str, Any] = await self._call(
-                "replace",
-                obj.kind,
-                "PUT",
-                path_for(obj.api_version, obj.kind, obj.namespace, obj.name),
-                body=obj.body,
+                verb, obj.kind, method, path, body=obj.body,
                 query=[("fieldManager", self.field_manager)],
             )
             return out

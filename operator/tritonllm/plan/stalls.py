@@ -26,6 +26,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
+from tritonllm.render.jobs import REPOSITORY_RESOURCES
 
 Obj = Mapping[str, Any]
 
@@ -34,6 +35,12 @@ PULL_FAILURES = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
 START_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+# What the repository Job's pod asks for.
+FIXED_REQUESTS = (
+    f"{REPOSITORY_RESOURCES['requests']['cpu']} CPU and "
+    f"{REPOSITORY_RESOURCES['requests']['memory']} of memory, limited to "
+    f"{REPOSITORY_RESOURCES['limits']['memory']}"
+)
 # Quoted words are cut here (a condition message stays readable; the pod has the rest).
 MAX_QUOTE = 600
 
@@ -117,6 +124,9 @@ class Context:
     namespace: str
     claim: str
     gpu_product: str | None  # None for a pod that needs no GPU (the repository Job)
+    # The pod's requests come from spec.podTemplate.resources (False: the repository Job's own,
+    # small and fixed).
+    spec_resources: bool = True
 
 
 def fixes(stall: Stall, ctx: Context) -> list[str]:
@@ -131,11 +141,15 @@ def fixes(stall: Stall, ctx: Context) -> list[str]:
     if stall.reason == r.POD_NOT_STARTING:
         return [f"a Secret, ConfigMap or volume the pod needs is missing: {describe}"]
     if stall.reason == r.QUOTA_EXCEEDED:
+        if not ctx.spec_resources:
+            return [f"raise the namespace's ResourceQuota (this pod asks for {FIXED_REQUESTS})"]
         return ["raise the namespace's ResourceQuota or lower spec.podTemplate.resources"]
     if stall.reason == r.LIMIT_RANGE_EXCEEDED:
+        within = "keep spec.podTemplate.resources within" if ctx.spec_resources else (
+            f"this pod asks for {FIXED_REQUESTS}: it must fit")
         return [
-            f"keep spec.podTemplate.resources within the namespace's LimitRange (`kubectl "
-            f"describe limitrange -n {ctx.namespace}` lists them), or have it changed"
+            f"{within} the namespace's LimitRange (`kubectl describe limitrange -n "
+            f"{ctx.namespace}` lists them), or have it changed"
         ]
     if stall.reason == r.ADMISSION_REFUSED:
         return ["change what the message names, or ask the cluster's administrators"]
