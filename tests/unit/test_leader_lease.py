@@ -165,3 +165,22 @@ def test_a_released_lease_ends_the_renewals_quietly() -> None:
 
     asyncio.run(release_then_taken())
     assert holder(api) == "b"
+
+
+@pytest.mark.parametrize(("argv", "env", "elected"), [
+    (["run"], {}, ""),  # kopf peering, as before
+    (["run", "--leader-election", "ops"], {}, "ops"),
+    (["run"], {"TRITONLLM_LEADER_ELECTION": "chart"}, "chart"),  # what the chart sets
+    (["run", "--standalone"], {"TRITONLLM_LEADER_ELECTION": "chart"}, ""),
+    (["run", "--standalone", "--leader-election", "ops"], {}, "ops"),
+])
+def test_which_replicas_elect_by_lease(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str], elected: str
+) -> None:
+    from tritonllm.cli.main import build_parser
+    from tritonllm.cli.run import settings_from
+
+    monkeypatch.delenv("TRITONLLM_LEADER_ELECTION", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert settings_from(build_parser().parse_args(argv)).leader_election == elected

@@ -147,16 +147,15 @@ async def _elected(
 
     import kopf
 
+    from tritonllm.handlers import operator as handlers
     from tritonllm.k8s.client import Kube
     from tritonllm.k8s.lease import LeaderLease, LeaseLost
 
     identity = os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
     kube = Kube.from_kubeconfig(kubeconfig, concurrency=2, timeout=settings.lease_seconds / 3)
-    lease = LeaderLease(kube, settings.leader_election_namespace, settings.leader_election,
-                        identity, duration=settings.lease_seconds)
-    log = logging.getLogger("tritonllm.lease")
-    from tritonllm.handlers import operator as handlers
-
+    namespace = settings.leader_election_namespace or next(iter(settings.namespaces), "default")
+    lease = LeaderLease(kube, namespace, settings.leader_election, identity,
+                        duration=settings.lease_seconds)
     handlers.when_stopped(lease.release)  # as soon as the last pass is over, on SIGTERM
     try:
         async with _standby_health(settings):
@@ -178,7 +177,7 @@ async def _elected(
         await lease.release()
     finally:
         await kube.close()
-        log.info("leader election ended")
+        logging.getLogger("tritonllm.lease").info("leader election ended")
 
 
 @contextlib.asynccontextmanager
