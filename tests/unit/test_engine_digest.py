@@ -154,7 +154,8 @@ def rewrite_store(engine: Path) -> None:
     """What someone who can write the engine directory can do: change a file, then rewrite
     artifact.json's checksums to match, and a verification marker for the new artifact.json."""
     time.sleep(0.05)
-    (engine / "rank1.engine").write_bytes(b"evil engine")  # the fake engine's size
+    victim = sorted(engine.glob("rank*.engine"))[-1]
+    victim.write_bytes(b"evil engine")  # the size of the fake tools' engine files
     artifact_path = engine / common.ARTIFACT
     artifact = json.loads(artifact_path.read_text())
     artifact["files"] = common.engine_checksums(engine)
