@@ -47,11 +47,11 @@ from tests.cluster.operator_harness import Operator, prepare_namespace, run_oper
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.api.settings import OperatorSettings
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
 from tritonllm.k8s.client import Kube
 from tritonllm.render import Manifest, RenderOptions, naming, render_all
 from tritonllm.render.engine import engine_record
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
 
 TOOLS_IMAGE = "registry.invalid/tritonllm:test"  # as the operator harness runs it
 SPEC = {

@@ -21,7 +21,7 @@ from tests.cluster.operator_harness import (
     wait_condition,
 )
 from tests.cluster.test_operator import small
-from tritonllm.cluster.local import LocalCluster
+from tritonllm_dev.local import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

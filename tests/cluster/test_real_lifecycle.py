@@ -40,11 +40,11 @@ from tests.cluster.test_real_flow import (
     restrict,
 )
 from tritonllm.api.constants import LABEL_ENGINE_KEY
-from tritonllm.cluster import images
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR
-from tritonllm.cluster.testing import wait_for
-from tritonllm.cluster.versions import KUBERNETES
+from tritonllm_dev import images
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import REGISTRY_ADDR
+from tritonllm_dev.testing import wait_for
+from tritonllm_dev.versions import KUBERNETES
 
 pytestmark = pytest.mark.cluster
 

@@ -50,10 +50,10 @@ from tests.cluster.test_real_flow import (
     restrict,
 )
 from tests.cluster.test_real_lifecycle import Load
-from tritonllm.cluster import images
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, tolerations
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev import images
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 
