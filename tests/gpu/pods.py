@@ -419,7 +419,7 @@ def run_pods(install: TritonInstall, dep: TritonLLMDeployment, root: Path, token
             "argv": mpirun_argv(spec)}
     plan_path = root / "launch.json"
     plan_path.write_text(json.dumps(plan, indent=2))
-    base = launch_env(install, gpus=on is not None) | dict(env) | {
+    base = launch_env(install, gpus=on is not None) | dict(on.env if on else {}) | dict(env) | {
         "TRITONLLM_WORKER_WAIT_TIMEOUT": "60",
         "TRITONLLM_STANDIN_RENDEZVOUS": f"{group.leader.address}:29517"}
     command = [pod_python(), "-S", str(pyz), "launch", "--plan", str(plan_path), "--mode"]
