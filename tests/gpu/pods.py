@@ -164,10 +164,17 @@ def pod_argv(pod: Pod, argv: Sequence[str], *, uid: int = POD_UID,
             mpi_workdir, *argv]
 
 
+# The GPU host's own settings that no pod of a group has: its image sets OMPI_MCA_plm=isolated
+# (mpirun starts ranks on this host only), with which the leader's mpirun refuses the hostfile's
+# second host ("All nodes which are allocated for this job are already filled").
+HOST_ONLY = ("OMPI_MCA_plm",)
+
+
 def pod_env(base: Mapping[str, str], group: Group, pod: Pod, home: str) -> dict[str, str]:
     """The container environment of `pod`: the pod template's (same in every pod), its own GPUs,
     what LeaderWorkerSet injects."""
-    env = {k: v for k, v in base.items() if not k.startswith(("LWS_", "SSH_"))}
+    env = {k: v for k, v in base.items()
+           if not k.startswith(("LWS_", "SSH_")) and k not in HOST_ONLY}
     return env | {
         "CUDA_VISIBLE_DEVICES": pod.visible, "NVIDIA_VISIBLE_DEVICES": pod.visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "HOME": home, "HOSTNAME": pod.name,
