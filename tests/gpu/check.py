@@ -673,9 +673,11 @@ def group_placement(stack: PodsStack, per_pod: int, uuids: dict[int, str] | None
     lines = parse_standin_lines(log)
     for line in lines:
         say("rank:", line)
-    problems = pods.pod_placement_problems(lines, stack.group, per_pod, uuids)
+    shared = len({d for pod in stack.group.pods for d in pod.devices}) < stack.spec.world_size
+    problems = pods.pod_placement_problems(lines, stack.group, per_pod, uuids, shared=shared)
     what = "rank r on its pod's host" + (", on cuda:<local rank> = its pod's own GPU"
                                          if uuids is not None else "")
+    what += " (the pods share the GPUs)" if shared and uuids is not None else ""
     check(f"[{tag}] {what}", not problems,
           problems or [(line["rank"], line.get("host"), line.get("uuid")) for line in lines])
     if uuids is not None:
@@ -768,6 +770,9 @@ def main() -> int:
                     "needs root")
     ap.add_argument("--pod-uid", type=int, default=pods.POD_UID,
                     help="the pods' user (runAsUser); 0 only where the files are root-only")
+    ap.add_argument("--share-gpus", action="store_true",
+                    help="--pods on a host with fewer GPUs than ranks: the pods share them "
+                    "(NCCL between the pods over their network; NOT one rank per GPU)")
     args = ap.parse_args()
     check = Checks()
     report: dict[str, Any] = {"note": "stand-in figures (a tensor-parallel toy), NOT TensorRT-LLM"}
@@ -806,7 +811,9 @@ def main() -> int:
         refusals(dep, args.work / "refusals", pyz, engine, OnGpus(engine, base_env), install,
                  check)
     report.update(figures=[], metrics={}, ready_seconds={}, memory={})
-    group = pods.make_group(EXAMPLE, args.pods, world // args.pods) if args.pods > 1 else None
+    group = pods.make_group(EXAMPLE, args.pods, world // args.pods,
+                            wrap=len(gpus) if args.share_gpus else None) \
+        if args.pods > 1 else None
     if group is None:
         stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
                check)
@@ -844,7 +851,7 @@ def stacks(install: TritonInstall, world: int, engine: Path, base_env: dict[str,
         env = {**base_env, "TRITONLLM_STANDIN_RENDEZVOUS": f"127.0.0.1:{free_ports(1)[0]}"}
         if device == "cpu":
             env["TRITONLLM_STANDIN_DEVICE"] = "cpu"
-        elif world > len(gpus):
+        elif world > len(gpus) and not args.share_gpus:
             check(f"[{tag}] world size {world} on {len(gpus)} GPU(s)", False,
                   "one rank per GPU: only the cpu stack runs more ranks than GPUs")
             continue

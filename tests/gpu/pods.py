@@ -85,10 +85,12 @@ class Group:
 
 
 def make_group(lws: str, size: int, gpus_per_pod: int, *, tag: str = "0",
-               subnet: str = SUBNET) -> Group:
+               subnet: str = SUBNET, wrap: int | None = None) -> Group:
     """A group of `size` pods named as LeaderWorkerSet names group 0 of `lws`, pod p seeing GPUs
-    p*g .. p*g+g-1 (g = gpus_per_pod; on a host with fewer GPUs, only the `cpu` stack, whose
-    ranks compute on the CPU, can run on such a group)."""
+    p*g .. p*g+g-1 (g = gpus_per_pod). With `wrap` (the host's GPU count, --share-gpus) the
+    indices wrap around: pods share GPUs, which only a test of the pods' NCCL traffic wants.
+    On a host with fewer GPUs and no wrap, only the `cpu` stack can run (its ranks compute on
+    the CPU)."""
     leader = f"{lws}-0"
     pods = []
     for i in range(size):
@@ -96,7 +98,8 @@ def make_group(lws: str, size: int, gpus_per_pod: int, *, tag: str = "0",
         pods.append(Pod(name=name, fqdn=f"{name}.{leader}.{NAMESPACE}",
                         address=f"{subnet}.{i + 2}", netns=f"tllm-gc{tag}-{i}",
                         veth=f"tgc{tag}v{i}",
-                        devices=tuple(range(i * gpus_per_pod, (i + 1) * gpus_per_pod))))
+                        devices=tuple(d % (wrap or d + 1) for d in
+                                      range(i * gpus_per_pod, (i + 1) * gpus_per_pod))))
     return Group(bridge=f"tgc{tag}br", gateway=f"{subnet}.1", pods=tuple(pods))
 
 
@@ -208,10 +211,11 @@ def rank_hosts(group: Group, per_pod: int) -> dict[int, str]:
 
 
 def pod_placement_problems(lines: Sequence[Mapping[str, str]], group: Group, per_pod: int,
-                           uuids: Mapping[int, str] | None) -> list[str]:
+                           uuids: Mapping[int, str] | None, *, shared: bool = False
+                           ) -> list[str]:
     """The stand-in's lines against the group: rank r in pod r // per_pod (its hostname), local
     rank r % per_pod; on GPUs (`uuids`: nvidia-smi index -> UUID) on cuda:<local rank>, that
-    is the pod's own GPU devices[local rank], one GPU per rank."""
+    is the pod's own GPU devices[local rank], one GPU per rank (unless the pods are `shared`)."""
     problems = []
     world = len(group.pods) * per_pod
     ranks = sorted(int(line["rank"]) for line in lines)
@@ -231,7 +235,7 @@ def pod_placement_problems(lines: Sequence[Mapping[str, str]], group: Group, per
         if line.get("device") != f"cuda:{local}":
             problems.append(f"rank {rank} on {line.get('device')}, expected cuda:{local}")
         uuid = line.get("uuid", "")
-        if uuid in seen:
+        if uuid in seen and not shared:
             problems.append(f"ranks {seen[uuid]} and {rank} share GPU {uuid}")
         seen[uuid] = rank
         if uuids.get(pod.devices[local]) != uuid:
