@@ -20,6 +20,11 @@ wheel and the few Python packages python3 lacks there). World size = the GPUs it
    at each concurrency, GPU memory per process; with --on gpu,cpu the same again with the
    stand-in on the CPU (gloo), to show what the stand-in itself measures.
 
+With --pods 2 (tests/gpu/pods.py), step 3 is the multi-node launch of a LeaderWorkerSet group:
+leader and worker `tritonllm launch` each in its own network namespace of this host, mpirun over
+SSH between them, world/2 ranks and GPUs per pod; the checks add the group's start (login check,
+hostfile, rank map), each rank in its pod, and the group's drain.
+
 Prints one `check ok|FAIL <name>: <detail>` line per check and writes figures.json to --out;
 exits 1 when a check failed.
 """
