@@ -15,7 +15,7 @@ LeaderWorkerSet sets them. Each pod's CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVI
 GPUs (pod p of a group with g GPUs per pod: GPUs p*g .. p*g+g-1).
 
 The pure helpers (names, addresses, `ip` commands, files, argv, rank map) are unit-tested in
-tests/unit/test_gpu_check.py; `Group.up`/`down` and `TwoPods` need root and run on the GPU host.
+tests/unit/test_gpu_check.py; `pod_network` and `run_pods` need root and run on the GPU host.
 """
 
 from __future__ import annotations
