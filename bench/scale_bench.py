@@ -345,6 +345,18 @@ class Snapshot:
         return max((le for le in self.buckets if le != float("inf")), default=float("nan"))
 
 
+def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
+    """The API server's own request counter, by "VERB resource[/subresource] code"."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, float] = {}
+    for labels, v in metric_samples(text, "apiserver_request_total").items():
+        d = dict(labels)
+        sub = f"/{d['subresource']}" if d.get("subresource") else ""
+        key = f"{d.get('verb')} {d.get('resource')}{sub} {d.get('code')}"
+        out[key] = out.get(key, 0) + v
+    return out
+
+
 def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field_name + ":"):
@@ -365,6 +377,8 @@ class Side:
     total_created: float
     total_ready: float
     workload_ready: list[float] = field(default_factory=list)  # the peer: its Deployment ready
+    # the peer: the API server's requests per deployment while it converged, from every client
+    apiserver: dict[str, float] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -528,6 +542,7 @@ def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout
         mgr.metrics()  # the first scrape's TokenReview and SubjectAccessReview are then cached
 
         def converge() -> Side:
+            api_before = apiserver_requests(cluster)
             with watched(cluster, namespace, side="nim") as timeline:
                 t0 = time.monotonic()
                 started = asyncio.run(apply_all(cluster.kubeconfig, batches))
@@ -542,6 +557,10 @@ def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout
                         "Service's cluster IP, which this host cannot reach (bench/nim_peer.py)"
                     ) from exc
             side.workload_ready = [timeline.workload_ready[k] - t for k, t in started.items()]
+            api_after = apiserver_requests(cluster)
+            side.apiserver = {k: round((v - api_before.get(k, 0)) / n, 2)
+                              for k, v in sorted(api_after.items())
+                              if v - api_before.get(k, 0) >= n / 2}
             return side
 
         try:
@@ -558,6 +577,8 @@ def times(side: Side) -> dict[str, Any]:
            "all_created_s": side.total_created, "all_ready_s": side.total_ready}
     if side.workload_ready:
         out["workload_ready"] = summary(side.workload_ready)
+    if side.apiserver:
+        out["apiserver_requests_per_deployment_converging"] = side.apiserver
     return out
 
 
@@ -647,6 +668,9 @@ def print_figures(who: str, x: dict[str, Any]) -> None:
     print(f"API requests per deployment while converging "
           f"({x['requests_total_per_deployment_converging']} in all): "
           f"{x['requests_per_deployment_converging']}")
+    if "apiserver_requests_per_deployment_converging" in x:
+        print("the API server's requests per deployment meanwhile, every client (at least 0.5): "
+              f"{x['apiserver_requests_per_deployment_converging']}")
     print(f"API requests per steady-state reconcile ({x['reconciles_steady']:.0f} reconciles): "
           f"{x['requests_per_reconcile_steady'] or 'none'}; writes "
           f"{x['writes_per_steady_reconcile']:.2f}, reads {x['reads_per_steady_reconcile']:.2f} "
