@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from bench import nim_peer
 from bench.scale_bench import NIM_METRICS, TRITONLLM_METRICS, Snapshot
 
