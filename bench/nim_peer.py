@@ -27,11 +27,10 @@ import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.operator_harness import free_port, stop
+from tests.cluster.operator_harness import Operator, free_port, stop
 
 from tritonllm.cluster.local import LocalCluster
 from tritonllm.cluster.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TAINT, H100
@@ -124,27 +123,20 @@ def metrics_token(cluster: LocalCluster, namespace: str) -> str:
                            "--duration=2h").stdout.strip()
 
 
-@dataclass
-class Manager:
-    proc: subprocess.Popen[bytes]
-    metrics_port: int
-    health_port: int
-    token: str
-    log: Path
+class Manager(Operator):
+    """The running manager: tritonllm's harness view of an operator process (its /healthz, its
+    log), with the bearer token its metrics endpoint asks for."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], metrics_port: int, health_port: int,
+                 log: Path, token: str) -> None:
+        super().__init__(proc, metrics_port, health_port, log)
+        self.token = token
 
     def metrics(self) -> str:
         req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                      headers={"Authorization": f"Bearer {self.token}"})
         with urllib.request.urlopen(req, timeout=10) as r:
             return str(r.read().decode())
-
-    def ready(self) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
-            with urllib.request.urlopen(url, timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
 
 
 @contextlib.contextmanager
@@ -157,10 +149,10 @@ def run_manager(cluster: LocalCluster, binary: Path, token: str, tmp: Path) -> I
     with log.open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    manager = Manager(proc, metrics_port, health_port, token, log)
+    manager = Manager(proc, metrics_port, health_port, log, token)
     try:
-        wait_for(lambda: manager.ready() or proc.poll() is not None, timeout=120,
-                 what="NIM operator /readyz")
+        wait_for(lambda: manager.healthy() or proc.poll() is not None, timeout=120,
+                 what="NIM operator /healthz")
         if proc.poll() is not None:
             raise RuntimeError(f"the NIM operator exited ({proc.returncode}):\n"
                                + log.read_text(errors="replace")[-3000:])
