@@ -32,10 +32,10 @@ from typing import Any
 
 from tests.cluster.operator_harness import Operator, free_port, stop
 
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TAINT, H100
-from tritonllm.cluster.testing import wait_for
 from tritonllm.k8s.client import RESOURCES, Resource
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE, GPU_TAINT, H100
+from tritonllm_dev.testing import wait_for
 
 GROUP, VERSION, PLURAL, KIND = "apps.nvidia.com", "v1alpha1", "nimservices", "NIMService"
 API_VERSION = f"{GROUP}/{VERSION}"
