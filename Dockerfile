@@ -8,7 +8,8 @@
 # users; the local cluster passes a Debian bookworm base bootstrapped with mmdebstrap). With
 # PIP_OFFLINE=1, pip reads only the wheels staged in images/wheels/ (no index): that is how the
 # local build runs without network access to anything but the host's own caches.
-# The local-cluster tooling (tritonllm/cluster) is dev-only and not in the image (.dockerignore).
+# The build copies only the operator's package: the repository's dev tooling (devcluster/) is not
+# part of its wheel and never enters the image.
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS build
@@ -17,7 +18,7 @@ COPY images/wheels/ /wheels/
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN set -eu; rm -rf operator/tritonllm/cluster; \
+RUN set -eu; \
     python3 -m venv /opt/build; \
     /opt/build/bin/pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /dist \
       ${PIP_OFFLINE:+--no-index --find-links /wheels} .; \

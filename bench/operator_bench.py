@@ -22,8 +22,8 @@ from tests.cluster.operator_harness import (
     wait_ready,
 )
 
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import DEFAULT_NODES, H100, NodeSpec
 
 
 def rss_mib(pid: int) -> float:

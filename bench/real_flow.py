@@ -38,10 +38,10 @@ from tests.cluster.test_real_lifecycle import (
     rollover,
 )
 
-from tritonllm.cluster import images
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR
-from tritonllm.cluster.testing import fresh_namespace, wait_for
+from tritonllm_dev import images
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import REGISTRY_ADDR
+from tritonllm_dev.testing import fresh_namespace, wait_for
 
 
 def one_round(

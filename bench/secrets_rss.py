@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 from tests.cluster.operator_harness import Operator, free_port, stop
 
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTLE_SECONDS = 20.0

@@ -22,10 +22,10 @@ from types import FrameType
 
 import pytest
 
-from tritonllm.cluster import host, images
-from tritonllm.cluster.build import ensure_all
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import fresh_namespace
+from tritonllm_dev import host, images
+from tritonllm_dev.build import ensure_all
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import fresh_namespace
 
 
 def _cluster_tests_selected(session: pytest.Session) -> bool:

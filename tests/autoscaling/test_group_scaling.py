@@ -20,10 +20,10 @@ from tests.autoscaling.helpers import SimulatedExporter, replica_managers, repli
 from tests.cases import ROOT, cr
 from tests.cluster.operator_harness import prepare_namespace, run_operator, wait_ready
 from tritonllm.api import constants as c
-from tritonllm.cluster.autoscaling import AutoscalingStack, install_prometheus_operator_crds
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import H100
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.autoscaling import AutoscalingStack, install_prometheus_operator_crds
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import H100
+from tritonllm_dev.testing import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
 

@@ -30,11 +30,11 @@ from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
 from tritonllm.api import constants as c
-from tritonllm.cluster import images
-from tritonllm.cluster.autoscaling import AutoscalingStack
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR, STANDIN_GPUS
-from tritonllm.cluster.testing import fresh_namespace, wait_for
+from tritonllm_dev import images
+from tritonllm_dev.autoscaling import AutoscalingStack
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import REGISTRY_ADDR, STANDIN_GPUS
+from tritonllm_dev.testing import fresh_namespace, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
 

@@ -20,14 +20,14 @@ from typing import Any
 import pytest
 
 from tests.autoscaling.helpers import SimulatedExporter
-from tritonllm.cluster.autoscaling import (
+from tritonllm_dev.autoscaling import (
     OPERATOR_JOB,
     PODS_JOB,
     AutoscalingStack,
     install_prometheus_operator_crds,
 )
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import FAKE_IMAGE, wait_for
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import FAKE_IMAGE, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
 

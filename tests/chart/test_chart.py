@@ -21,9 +21,9 @@ from tests.cluster.operator_harness import (
     wait_ready,
 )
 from tritonllm.cli.crd import chart_crd_texts
-from tritonllm.cluster.build import ensure_all
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.versions import HELM, KUBERNETES
+from tritonllm_dev.build import ensure_all
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.versions import HELM, KUBERNETES
 
 CHART = ROOT / "charts" / "tritonllm"
 # Offline `helm template` assumes Kubernetes 1.20; the chart needs >= 1.30 (we test on 1.36).

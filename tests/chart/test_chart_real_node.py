@@ -32,12 +32,12 @@ from tests.cluster.test_real_flow import (
     _first_answer,
     restrict,
 )
-from tritonllm.cluster import images
-from tritonllm.cluster.build import ensure_all
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, tolerations
-from tritonllm.cluster.testing import wait_for
-from tritonllm.cluster.versions import HELM
+from tritonllm_dev import images
+from tritonllm_dev.build import ensure_all
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
+from tritonllm_dev.testing import wait_for
+from tritonllm_dev.versions import HELM
 
 pytestmark = [pytest.mark.chart, pytest.mark.cluster]
 

@@ -25,7 +25,7 @@ from tests.cases import ROOT
 from tests.chart.test_chart import CHART, KUBE, helm, run_helm  # noqa: F401 (fixture)
 from tests.cluster.operator_harness import get_cr, prepare_namespace, run_operator
 from tritonllm.cli.crd import CHART_README, chart_readme_text
-from tritonllm.cluster.local import LocalCluster
+from tritonllm_dev.local import LocalCluster
 
 #: The last commit of chart 0.1.0 (CRDs in charts/tritonllm/crds/, as Helm never upgrades them).
 PREVIOUS_CHART_COMMIT = "6fae147b8bf8fefdbea46b723e5bafc0a0ab0b70"

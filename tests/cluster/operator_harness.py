@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from tests.cases import ROOT
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 TRITONLLM = str(Path(sys.executable).with_name("tritonllm"))
 WRITE_VERBS = ("apply", "patch", "create", "delete", "event")

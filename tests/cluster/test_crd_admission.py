@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from tests.cases import ACCEPTED, EXAMPLES, INVALID, Accepted, Invalid, cr, stored_otherwise
-from tritonllm.cluster.autoscaling import install_keda_crds
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import fresh_namespace
+from tritonllm_dev.autoscaling import install_keda_crds
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import fresh_namespace
 
 pytestmark = pytest.mark.cluster
 

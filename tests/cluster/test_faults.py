@@ -29,9 +29,9 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_ready,
 )
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import node_manifest
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import node_manifest
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -26,9 +26,9 @@ from tests.cluster.operator_harness import (
 )
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
 from tritonllm.render import naming, render_all
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.cluster.operator_harness import load_example, prepare_namespace, run_operator
 from tritonllm.api import constants as c
-from tritonllm.cluster.local import LocalCluster
+from tritonllm_dev.local import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

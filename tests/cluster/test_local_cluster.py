@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from tritonllm.cluster import procs
-from tritonllm.cluster.host import GATEWAY
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import A100, GPU_PRODUCT_LABEL, GPU_RESOURCE, H100
-from tritonllm.cluster.testing import FAIL_LABEL, gpu_pod_spec, job, pod, wait_for
-from tritonllm.cluster.versions import KUBERNETES_VERSION
+from tritonllm_dev import procs
+from tritonllm_dev.host import GATEWAY
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import A100, GPU_PRODUCT_LABEL, GPU_RESOURCE, H100
+from tritonllm_dev.testing import FAIL_LABEL, gpu_pod_spec, job, pod, wait_for
+from tritonllm_dev.versions import KUBERNETES_VERSION
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import render_example
-from tritonllm.cluster.local import LocalCluster
+from tritonllm_dev.local import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -20,9 +20,9 @@ import pytest
 from tests.cases import cr
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import FAKE_IMAGE, wait_for
 from tritonllm.render import render_all
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import FAKE_IMAGE, wait_for
 
 pytestmark = pytest.mark.cluster
 

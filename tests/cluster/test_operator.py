@@ -26,8 +26,8 @@ from tests.cluster.operator_harness import (
     wait_condition,
     wait_ready,
 )
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -16,9 +16,9 @@ import yaml
 
 from tests.cluster.operator_harness import run_operator
 from tests.cluster.test_real_flow import EXAMPLE, SEED, _diagnose, _first_answer, restrict
-from tritonllm.cluster import images
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import REGISTRY_ADDR
+from tritonllm_dev import images
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import REGISTRY_ADDR
 
 pytestmark = pytest.mark.cluster
 

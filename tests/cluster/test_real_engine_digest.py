@@ -28,9 +28,9 @@ from tests.cluster.test_real_flow import (
     seeded,
 )
 from tests.unit.test_engine_digest import rewrite_store
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
 from tritonllm.runtime import common, verified
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -34,10 +34,10 @@ from tests.cluster.operator_harness import (
     wait_condition,
 )
 from tests.helpers import ranks
-from tritonllm.cluster import images
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, tolerations
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev import images
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
+from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -349,9 +349,9 @@ def test_cpu_standin_example_serves_on_real_containers(
 def test_demo_ends_with_the_cpu_standin_answering_for_real(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
-    """The last step of scripts/demo (tritonllm.cli.demo.serve_for_real), on this cluster: a
+    """The last step of scripts/demo (tritonllm_dev.demo.serve_for_real), on this cluster: a
     restricted namespace, the seed, an operator, `kubectl apply` of the example, one answer."""
-    from tritonllm.cli.demo import serve_for_real
+    from tritonllm_dev.demo import serve_for_real
 
     prompt, answer, took = serve_for_real(cluster, namespace, EXAMPLE, tmp_path / "op.log",
                                           timeout=COLD_TIMEOUT)

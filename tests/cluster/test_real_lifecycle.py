@@ -39,9 +39,9 @@ from tests.cluster.test_real_flow import (
     seeded,
 )
 from tritonllm.api.constants import LABEL_ENGINE_KEY
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
-from tritonllm.cluster.versions import KUBERNETES
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
+from tritonllm_dev.versions import KUBERNETES
 
 pytestmark = pytest.mark.cluster
 

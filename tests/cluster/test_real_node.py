@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tritonllm.cluster import host
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.node import (
+from tritonllm_dev import host
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.node import (
     NODE_NAME,
     REGISTRY_ADDR,
     STANDIN_GPUS,
@@ -26,7 +26,7 @@ from tritonllm.cluster.node import (
     TAINT_KEY,
     tolerations,
 )
-from tritonllm.cluster.testing import fresh_namespace, wait_for
+from tritonllm_dev.testing import fresh_namespace, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -284,7 +284,7 @@ def test_pod_traffic_outside_cluster_ranges_is_dropped(
 
 
 def test_listeners_are_loopback_or_cluster_bridge(cluster: LocalCluster) -> None:
-    from tritonllm.cluster import procs
+    from tritonllm_dev import procs
 
     pids = cluster.pids()
     assert {"kubelet", "containerd", "coredns", "registry"} <= set(pids)

@@ -31,8 +31,8 @@ from tests.cluster.operator_harness import (
     prepare_namespace,
     run_operator,
 )
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import fresh_namespace
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import fresh_namespace
 
 CATALOGUE = (
     ROOT / "gitops" / "argocd" / "resource_customizations" / "tritonllm.io" / "TritonLLMDeployment"

@@ -24,9 +24,9 @@ from tests.cases import ROOT
 from tests.cluster.operator_harness import load_example, prepare_namespace, run_operator
 from tests.gitops.make_health_testdata import EXAMPLE, FAIL_TEMPLATE
 from tritonllm.cli.crd import ARGOCD_SNIPPET
-from tritonllm.cluster.argocd import NAMESPACE, ArgoCD, application
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.testing import wait_for
+from tritonllm_dev.argocd import NAMESPACE, ArgoCD, application
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.gitops]
 

@@ -14,7 +14,7 @@ import yaml
 
 from tests.cases import ROOT
 from tritonllm.cli.crd import ARGOCD_SNIPPET, HEALTH_KEY, HEALTH_LUA, argocd_snippet_text
-from tritonllm.cluster.argocd import resource_health
+from tritonllm_dev.argocd import resource_health
 
 CATALOGUE = ROOT / HEALTH_LUA.parent
 CASES = yaml.safe_load((CATALOGUE / "health_test.yaml").read_text())["tests"]

@@ -1,4 +1,4 @@
-"""Fixtures of the images tier: the local images (tritonllm.cluster.images), a throw-away registry
+"""Fixtures of the images tier: the local images (tritonllm_dev.images), a throw-away registry
 (distribution's `registry` on a free 127.0.0.1 port, storage in a temporary directory) and a way
 to run a rendered pod's containers from those images with `buildah run --isolation chroot`.
 
@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tritonllm.cluster import images, oci
-from tritonllm.cluster.versions import REGISTRY
+from tritonllm_dev import images, oci
+from tritonllm_dev.versions import REGISTRY
 
 #: Figures for the terminal summary (filled by the fixtures and tests).
 REPORT: dict[str, Any] = {}
@@ -80,7 +80,7 @@ def _free_port() -> int:
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A registry of its own on 127.0.0.1 (real-nodes.md section 6 configuration)."""
     if REGISTRY.missing():
-        from tritonllm.cluster.build import build_component
+        from tritonllm_dev.build import build_component
 
         build_component(REGISTRY)
     root = tmp_path_factory.mktemp("registry")

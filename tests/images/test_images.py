@@ -1,4 +1,4 @@
-"""The local images (tritonllm.cluster.images): built by buildah from our Dockerfiles on
+"""The local images (tritonllm_dev.images): built by buildah from our Dockerfiles on
 mmdebstrap bases, pushed to a real registry on 127.0.0.1, cached by content; what is inside them;
 and the pods tritonllm renders run from them unchanged but for spec.image.
 
@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.cluster import images, oci
 from tritonllm.render import Rendered, RenderOptions, render_all
+from tritonllm_dev import images, oci
 
 from .conftest import REPORT, Runner, cmdline, descendants, kill_tree, run_tree
 
@@ -112,15 +112,15 @@ def test_operator_image_is_non_root_with_the_zipapp_and_no_cluster_tooling(
         "id -u; id -g; "
         "test -r /usr/local/share/tritonllm/tritonllm.pyz && echo pyz-readable; "
         "command -v cp; command -v ssh-keygen; command -v tritonllm; "
-        "python3 -c 'import tritonllm.cluster' 2>&1 | tail -1; "
-        "find / -xdev -path '*tritonllm/cluster*' 2>/dev/null | head -3; echo end"
+        "python3 -c 'import tritonllm_dev' 2>&1 | tail -1; "
+        "find / -xdev -path '*tritonllm_dev*' 2>/dev/null | head -3; echo end"
     )
     out = runner.sh(pushed["operator"].reference, script)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[:3] == ["65532", "65532", "pyz-readable"], lines
     assert lines[3:6] == ["/usr/bin/cp", "/usr/bin/ssh-keygen", "/opt/venv/bin/tritonllm"], lines
-    assert "No module named 'tritonllm.cluster'" in lines[6], lines
+    assert "No module named 'tritonllm_dev'" in lines[6], lines
     assert lines[7:] == ["end"], lines
 
 

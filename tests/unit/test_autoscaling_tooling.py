@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritonllm.cluster.autoscaling import (
+from tritonllm_dev.autoscaling import (
     DEFAULT_ADAPTER_RULES,
     LOOPBACK,
     OPERATOR_JOB,
@@ -19,8 +19,8 @@ from tritonllm.cluster.autoscaling import (
     external_service,
     prometheus_config,
 )
-from tritonllm.cluster.local import ClusterError
-from tritonllm.cluster.versions import (
+from tritonllm_dev.local import ClusterError
+from tritonllm_dev.versions import (
     AUTOSCALING,
     COMPONENTS,
     KEDA,

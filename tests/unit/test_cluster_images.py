@@ -1,4 +1,4 @@
-"""The pure parts of the local image builds (tritonllm.cluster.images / oci): content keys, build
+"""The pure parts of the local image builds (tritonllm_dev.images / oci): content keys, build
 contexts, apt sources, pip targets, tarballs; and the CLI without the cluster tooling."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tritonllm.api.versions import version_for_image
-from tritonllm.cluster import images, oci
+from tritonllm_dev import images, oci
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_operator_context_leaves_out_the_cluster_tooling_and_caches() -> None:
     files = images.operator_files(ROOT)
     assert "Dockerfile" in files and "pyproject.toml" in files
     assert "operator/tritonllm/cli/main.py" in files
-    assert not [f for f in files if f.startswith("operator/tritonllm/cluster/")]
+    assert not [f for f in files if f.startswith("devcluster/tritonllm_dev/")]
     assert not [f for f in files if "__pycache__" in f or ".egg-info" in f or f.endswith(".pyc")]
 
 
@@ -74,7 +74,7 @@ def test_dockerfile_keeps_a_public_base_for_users() -> None:
     assert "ARG BASE=python:3.11-slim" in text
     assert "/usr/local/share/tritonllm/tritonllm.pyz" in text
     assert "USER 65532" in text
-    assert "operator/tritonllm/cluster" in (ROOT / ".dockerignore").read_text()
+    assert "devcluster" in (ROOT / ".dockerignore").read_text().split()
     standin = (ROOT / "images/triton-standin/Dockerfile").read_text()
     assert "ARG BASE=debian:bookworm-slim" in standin
 
@@ -174,15 +174,15 @@ def test_unknown_image_name_is_one_clear_error() -> None:
 
 
 def test_cli_without_the_cluster_tooling_says_what_is_missing(tmp_path: Path) -> None:
-    """As in the operator image: tritonllm.cluster absent, `cluster`/`demo` explain themselves."""
-    hide = ("import sys; sys.modules['tritonllm.cluster'] = None; "
+    """As in the operator image: tritonllm_dev absent, `cluster`/`demo` explain themselves."""
+    hide = ("import sys; sys.modules['tritonllm_dev'] = None; "
             "from tritonllm.cli.main import main; sys.exit(main(sys.argv[1:]))")
     for verb in (["cluster", "up"], ["demo"]):
         out = subprocess.run([sys.executable, "-c", hide, *verb], capture_output=True, text=True,
                              check=False, cwd=tmp_path)
         assert out.returncode == 2, out.stderr
         assert "Traceback" not in out.stderr
-        assert "tritonllm.cluster" in out.stderr and "source checkout" in out.stderr
+        assert "tritonllm_dev" in out.stderr and "source checkout" in out.stderr
     helps = subprocess.run([sys.executable, "-c", hide, "--help"], capture_output=True, text=True,
                            check=False, cwd=tmp_path)
     assert helps.returncode == 0 and "render" in helps.stdout

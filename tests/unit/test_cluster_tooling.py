@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritonllm.cluster import procs
-from tritonllm.cluster.build import _version_ldflags, main
-from tritonllm.cluster.local import Ports
-from tritonllm.cluster.manifests import (
+from tritonllm_dev import procs
+from tritonllm_dev.build import _version_ldflags, main
+from tritonllm_dev.local import Ports
+from tritonllm_dev.manifests import (
     DEFAULT_NODES,
     GPU_RESOURCE,
     lws_configuration,
     lws_webhooks,
     node_manifest,
 )
-from tritonllm.cluster.versions import COMPONENTS, KUBERNETES, RUNC, cache_root
+from tritonllm_dev.versions import COMPONENTS, KUBERNETES, RUNC, cache_root
 
 
 def _stages() -> dict[str, dict[str, object]]:
-    text = resources.files("tritonllm.cluster").joinpath("kwok-stages.yaml").read_text()
+    text = resources.files("tritonllm_dev").joinpath("kwok-stages.yaml").read_text()
     return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text)}
 
 
@@ -152,7 +152,7 @@ def test_cache_is_keyed_by_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 def test_real_node_configs_keep_traffic_inside_the_cluster(tmp_path: Path) -> None:
     import tomllib
 
-    from tritonllm.cluster import host, node
+    from tritonllm_dev import host, node
 
     paths = node.NodePaths(tmp_path / "node")
     cni = node.cni_conflist(paths)
@@ -179,7 +179,7 @@ def test_real_node_configs_keep_traffic_inside_the_cluster(tmp_path: Path) -> No
 
 
 def test_confinement_rules_allow_only_cluster_ranges() -> None:
-    from tritonllm.cluster import host
+    from tritonllm_dev import host
 
     rules = host._confine_rules([host.POD_SUBNET, "10.96.0.0/16"])
     assert rules[-1] == ["-j", "DROP"]
@@ -189,7 +189,7 @@ def test_confinement_rules_allow_only_cluster_ranges() -> None:
 def test_missing_cni_plugins_are_one_clear_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tritonllm.cluster import host
+    from tritonllm_dev import host
 
     monkeypatch.setattr(host.os, "geteuid", lambda: 0)
     monkeypatch.setattr(host, "CNI_BIN_DIR", tmp_path)
@@ -203,7 +203,7 @@ def test_missing_cni_plugins_are_one_clear_line(
 def test_missing_cgroup_controller_is_one_clear_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tritonllm.cluster import host
+    from tritonllm_dev import host
 
     monkeypatch.setattr(host.os, "geteuid", lambda: 0)
     monkeypatch.setattr(host, "CGROUP_FS", tmp_path)  # no controller mounted there
@@ -216,7 +216,7 @@ def test_missing_cgroup_controller_is_one_clear_line(
 
 
 def test_non_root_cannot_start_a_real_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tritonllm.cluster import host
+    from tritonllm_dev import host
 
     monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     with pytest.raises(host.HostError, match="needs root"):
@@ -228,7 +228,7 @@ def test_local_path_is_the_default_class_and_provisions_only_on_the_real_node(
 ) -> None:
     """A PVC that names no class gets local-path (as in kind and minikube); its pod is placed on
     the real node, the only one whose volumes local-path can make (docs/local-cluster.md)."""
-    from tritonllm.cluster import node
+    from tritonllm_dev import node
 
     (sc,) = [o for o in node.local_path_objects(tmp_path) if o["kind"] == "StorageClass"]
     assert sc["metadata"]["annotations"] == {
@@ -237,3 +237,19 @@ def test_local_path_is_the_default_class_and_provisions_only_on_the_real_node(
     assert sc["allowedTopologies"] == [{"matchLabelExpressions": [
         {"key": "kubernetes.io/hostname", "values": [node.NODE_NAME]}]}]
     assert node.local_path_config(tmp_path)["nodePathMap"][0]["node"] == node.NODE_NAME
+
+
+def test_the_dev_command_offers_only_the_dev_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tritonllm-dev` (devcluster/, outside the operator's wheel) dispatches `cluster` and `demo`
+    like `tritonllm` does, and nothing else."""
+    from tritonllm_dev.main import main as dev
+
+    with pytest.raises(SystemExit) as done:
+        dev(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tritonllm-dev") and "cluster" in out and "demo" in out
+    with pytest.raises(SystemExit) as refused:
+        dev(["render"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'render'" in capsys.readouterr().err

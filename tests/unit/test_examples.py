@@ -197,7 +197,7 @@ def test_only_the_real_node_example_is_left_out_of_the_simulated_runs() -> None:
     import yaml
 
     from tests.cases import SIMULATED_EXAMPLES
-    from tritonllm.cli.demo import needs_real_node
+    from tritonllm_dev.demo import needs_real_node
 
     real = {p.stem for p in EXAMPLES if needs_real_node(yaml.safe_load(p.read_text()))}
     assert real == {"cpu-standin", "cpu-standin-autoscaling", "cpu-standin-multinode"}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tritonllm.cluster.argocd import application, settings_objects
-from tritonllm.cluster.build import module_replaces
-from tritonllm.cluster.versions import ARGOCD, COMPONENTS, GITOPS
+from tritonllm_dev.argocd import application, settings_objects
+from tritonllm_dev.build import module_replaces
+from tritonllm_dev.versions import ARGOCD, COMPONENTS, GITOPS
 
 GOMOD = """module github.com/argoproj/argo-cd/v3
 

@@ -106,7 +106,7 @@ BLOCK_CLUSTER = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "tritonllm.cluster" or name.startswith("tritonllm.cluster."):
+        if name == "tritonllm_dev" or name.startswith("tritonllm_dev."):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, Block())
@@ -117,7 +117,7 @@ sys.exit(main())
 
 
 def test_the_operator_runs_without_the_local_cluster_tooling(tmp_path: Path) -> None:
-    """The operator image leaves tritonllm.cluster out: every operator verb still works, and the
+    """The operator image leaves tritonllm_dev out: every operator verb still works, and the
     dev verbs (cluster, demo) are simply not offered."""
 
     def tritonllm(*args: str) -> subprocess.CompletedProcess[str]:

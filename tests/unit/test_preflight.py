@@ -1,4 +1,4 @@
-"""The set-up step both README commands run first (tritonllm.cluster.preflight): what is missing
+"""The set-up step both README commands run first (tritonllm_dev.preflight): what is missing
 is named with its fix within seconds, before any build, never as a traceback."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tritonllm.cli import main as cli_main
-from tritonllm.cluster import preflight
+from tritonllm_dev import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def _path_without(tmp_path: Path, hidden: str, keep: tuple[str, ...]) -> str:
 def _preflight(path: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     env = dict(os.environ, PATH=path, PYTHONPATH=str(REPO / "operator"))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tritonllm.cluster.preflight", *args],
+    proc = subprocess.run([sys.executable, "-m", "tritonllm_dev.preflight", *args],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     return proc, time.monotonic() - t0
 

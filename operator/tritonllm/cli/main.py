@@ -15,7 +15,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 # Verb modules, imported lazily so that `tritonllm launch` inside a pod does not import kopf.
 VERBS: dict[str, str] = {
@@ -26,17 +26,21 @@ VERBS: dict[str, str] = {
     "run": "tritonllm.cli.run",
     "build": "tritonllm.cli.build",
     "launch": "tritonllm.cli.launch",
-    "cluster": "tritonllm.cluster.cli",
-    "demo": "tritonllm.cli.demo",
+    # The dev tooling's verbs (devcluster/, not in the wheel; its own command is `tritonllm-dev`).
+    "cluster": "tritonllm_dev.cli",
+    "demo": "tritonllm_dev.demo",
 }
 
 
-def build_parser(verbs: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tritonllm", description=__doc__.splitlines()[0])
+def build_parser(
+    verbs: Sequence[str] | None = None, table: Mapping[str, str] = VERBS, prog: str = "tritonllm",
+    description: str = __doc__.splitlines()[0],
+) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb in verbs or VERBS:
+    for verb in verbs or table:
         try:
-            module = importlib.import_module(VERBS[verb])
+            module = importlib.import_module(table[verb])
         except ModuleNotFoundError as exc:  # a verb not built yet in this checkout
             if exc.name and exc.name.startswith("tritonllm"):
                 continue
@@ -47,10 +51,10 @@ def build_parser(verbs: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _left_out(verb: str, module: str) -> int:
     """A verb whose code this installation does not carry (the operator image leaves out the
-    local-cluster tooling, tritonllm.cluster; the in-pod zipapp carries build and launch only)."""
-    if module.startswith("tritonllm.cluster"):
+    local-cluster tooling, tritonllm_dev; the in-pod zipapp carries build and launch only)."""
+    if module.startswith("tritonllm_dev"):
         why = ("the local-cluster tooling is dev-only and the operator image leaves it out: run "
-               "it from a source checkout (pip install -e .)")
+               "it from a source checkout (pip install -e . -e devcluster)")
     else:
         why = "the in-pod zipapp carries only `build` and `launch`"
     print(f"error: `tritonllm {verb}` needs {module}, which this installation does not include "
@@ -69,25 +73,28 @@ def _failed(verb: str, exc: Exception) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, table: Mapping[str, str] = VERBS, prog: str = "tritonllm",
+    description: str = __doc__.splitlines()[0],
+) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list or os.environ.get("TRITONLLM_DEBUG", "") not in ("", "0")
     args_list = [a for a in args_list if a != "--debug"]
     # Import only the requested verb when it is known: keeps in-pod start-up light.
-    verbs = [args_list[0]] if args_list and args_list[0] in VERBS else None
+    verbs = [args_list[0]] if args_list and args_list[0] in table else None
     if verbs:
         try:
-            importlib.import_module(VERBS[verbs[0]])
+            importlib.import_module(table[verbs[0]])
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("tritonllm"):
                 return _left_out(verbs[0], exc.name)
             raise
-    parser = build_parser(verbs)
+    parser = build_parser(verbs, table, prog, description)
     args = parser.parse_args(args_list)
     try:
         result: int = args.func(args)
     except ModuleNotFoundError as exc:  # a verb that imports the left-out part when it runs
-        if exc.name and exc.name.startswith("tritonllm.cluster"):
+        if exc.name and exc.name.startswith("tritonllm_dev"):
             return _left_out(args.verb, exc.name)
         if debug:
             raise

@@ -1,7 +1,7 @@
 """Argo CD on the local cluster: its controller and repo server run on the host, like the control
 plane, against the cluster's admin kubeconfig (no pods, no images).
 
-What runs (one ``argocd`` binary built from the Go module, see :mod:`tritonllm.cluster.build`;
+What runs (one ``argocd`` binary built from the Go module, see :mod:`tritonllm_dev.build`;
 the process it becomes is chosen by ``ARGOCD_BINARY_NAME``, as by argv[0] in Argo CD's images):
 
 - ``redis-server`` (Debian's) on 127.0.0.1, no persistence: Argo CD's cache;
@@ -26,10 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tritonllm.cluster.build import build_component
-from tritonllm.cluster.local import ClusterError, LocalCluster, _free_port
-from tritonllm.cluster.tier import HostTier, http_ok
-from tritonllm.cluster.versions import ARGOCD, ARGOCD_CRD_FILES, HELM
+from tritonllm_dev.build import build_component
+from tritonllm_dev.local import ClusterError, LocalCluster, _free_port
+from tritonllm_dev.tier import HostTier, http_ok
+from tritonllm_dev.versions import ARGOCD, ARGOCD_CRD_FILES, HELM
 
 NAMESPACE = "argocd"
 #: Seconds between the controller's periodic refreshes (Argo CD's default is 120 s; events on

@@ -17,8 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonllm.cluster.host import GATEWAY
-from tritonllm.cluster.node import NODE_NAME
+from tritonllm_dev.host import GATEWAY
+from tritonllm_dev.node import NODE_NAME
 
 #: Days the throw-away certificates are valid.
 VALID_DAYS = 3650

@@ -10,8 +10,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tritonllm.cluster import procs
-from tritonllm.cluster.local import ClusterError
+from tritonllm_dev import procs
+from tritonllm_dev.local import ClusterError
 
 
 class HostTier:

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from tritonllm.cluster.local import LocalCluster
-from tritonllm.cluster.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE
+from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.manifests import GPU_PRODUCT_LABEL, GPU_RESOURCE
 
 T = TypeVar("T")
 

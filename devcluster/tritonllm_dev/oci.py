@@ -2,7 +2,7 @@
 
 Thin wrappers that run one command each, append its output to a log file, turn a failure into an
 :class:`ImageError` that names the fix (never a stack trace in the CLI), and report progress
-lines. What to build and when lives in :mod:`tritonllm.cluster.images`.
+lines. What to build and when lives in :mod:`tritonllm_dev.images`.
 
 buildah runs daemonless with its own storage under the cache (``--root``/``--runroot``), the
 ``overlay`` driver (``vfs`` when overlay cannot be mounted here) and ``--isolation chroot``:

@@ -23,10 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Dev tooling: where the local-cluster package is left out (the operator image), importing this
-# module fails and `tritonllm` does not offer the verb (tritonllm.cli.main skips it).
-import tritonllm.cluster  # noqa: F401
-from tritonllm.cluster import preflight
+from tritonllm_dev import preflight
 
 NAMESPACE = "tritonllm-demo"
 REAL_NAMESPACE = "tritonllm-demo-real"
@@ -67,7 +64,7 @@ def needs_real_node(obj: dict[str, Any]) -> bool:
     """An example made for the local cluster's real node (examples/cpu-standin.yaml): it
     tolerates the real node's taint and runs real containers, so the simulated demo leaves it
     out (docs/examples.md walks through it)."""
-    from tritonllm.cluster.node import TAINT_KEY
+    from tritonllm_dev.node import TAINT_KEY
 
     tolerations = ((obj.get("spec") or {}).get("podTemplate") or {}).get("tolerations") or []
     return any(t.get("key") == TAINT_KEY for t in tolerations)
@@ -98,8 +95,8 @@ def _wait_scheduled(cluster: Any, names: list[str], timeout: float = 120) -> Non
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from tritonllm.cluster.local import LocalCluster
-    from tritonllm.cluster.manifests import DEFAULT_NODES, H100, NodeSpec
+    from tritonllm_dev.local import LocalCluster
+    from tritonllm_dev.manifests import DEFAULT_NODES, H100, NodeSpec
 
     DEMO_NODES = (
         *DEFAULT_NODES,
@@ -284,8 +281,8 @@ def serve_for_real(
     `restricted` namespace, the seed Job, an operator (host process, tools image from the local
     registry), `kubectl apply`, then generate through the Service until it answers. Returns
     (prompt, answer, seconds from apply to the answer). The namespace is left as it is."""
-    from tritonllm.cluster import images
-    from tritonllm.cluster.node import REGISTRY_ADDR
+    from tritonllm_dev import images
+    from tritonllm_dev.node import REGISTRY_ADDR
 
     refs = images.ensure_images(REGISTRY_ADDR)
     cluster.kubectl("create", "namespace", namespace, check=False)

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritonllm.cluster.host import BRIDGE, CGROUP_ROOT, CNI_BIN_DIR, GATEWAY, POD_SUBNET
-from tritonllm.cluster.versions import (
+from tritonllm_dev.host import BRIDGE, CGROUP_ROOT, CNI_BIN_DIR, GATEWAY, POD_SUBNET
+from tritonllm_dev.versions import (
     CONTAINERD,
     COREDNS,
     KUBE_ROUTER,

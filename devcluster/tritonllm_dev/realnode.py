@@ -1,7 +1,7 @@
-"""Start and stop the real node of a :class:`~tritonllm.cluster.local.LocalCluster`.
+"""Start and stop the real node of a :class:`~tritonllm_dev.local.LocalCluster`.
 
-Configuration and command lines are in :mod:`tritonllm.cluster.node`, host changes in
-:mod:`tritonllm.cluster.host`. One machine runs one real node (one kubelet, one containerd, one
+Configuration and command lines are in :mod:`tritonllm_dev.node`, host changes in
+:mod:`tritonllm_dev.host`. One machine runs one real node (one kubelet, one containerd, one
 bridge): a lock file names the cluster that holds it, and a second cluster asking for one gets a
 clear error instead of a half-working node.
 """
@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import yaml
 
-from tritonllm.cluster import host, node, procs
-from tritonllm.cluster.node import NODE_NAME, REGISTRY_ADDR, NodePaths
-from tritonllm.cluster.versions import KUBE_ROUTER, KUBERNETES, REAL_NODE, cache_root
+from tritonllm_dev import host, node, procs
+from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, NodePaths
+from tritonllm_dev.versions import KUBE_ROUTER, KUBERNETES, REAL_NODE, cache_root
 
 #: Processes of the real node, in start order; ``STOP_ORDER`` stops them (then containers).
 PROCESSES = (
@@ -142,7 +142,7 @@ class RealNode:
             [
                 sys.executable,
                 "-m",
-                "tritonllm.cluster.forward",
+                "tritonllm_dev.forward",
                 f"{host.GATEWAY}:{p.apiserver}",
                 f"127.0.0.1:{p.apiserver}",
             ],

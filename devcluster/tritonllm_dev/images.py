@@ -26,7 +26,7 @@ No container registry is reachable from the build machine, and there is no Docke
   by name and tag as in production, pinned to the exact content.
 
 Entry points: :func:`ensure_images` (the cluster's ``up`` calls it once the registry runs) and
-``python -m tritonllm.cluster.images [--registry HOST:PORT] [--list] [--sbom] [NAME ...]``.
+``python -m tritonllm_dev.images [--registry HOST:PORT] [--list] [--sbom] [NAME ...]``.
 
 - **Provenance**: the Dockerfile images carry their base in OCI labels
   (``org.opencontainers.image.base.name``: the base's content-keyed tag; ``...base.digest``: its
@@ -55,8 +55,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tritonllm.api.versions import NGC_TRTLLM
-from tritonllm.cluster import oci
-from tritonllm.cluster.oci import (
+from tritonllm_dev import oci
+from tritonllm_dev.oci import (
     BuildFailed,
     ImageError,
     NoSpace,
@@ -65,7 +65,7 @@ from tritonllm.cluster.oci import (
     elapsed,
     stderr_progress,
 )
-from tritonllm.cluster.versions import PAUSE, PAUSE_VERSION, cache_root
+from tritonllm_dev.versions import PAUSE, PAUSE_VERSION, cache_root
 
 __all__ = [
     "IMAGES",
@@ -97,7 +97,7 @@ BUSYBOX_TAG = "1.35"
 ACTIVATOR_TAG = "2.6"
 #: Free space the cache's filesystem needs before a build (bases, layers, wheels, contexts).
 MIN_FREE_BYTES = 8 * 2**30
-CHECKOUT = Path(__file__).resolve().parents[3]
+CHECKOUT = Path(__file__).resolve().parents[2]
 OPERATOR_BASE_PACKAGES = ("python3", "python3-venv", "openssh-client", "ca-certificates")
 BASE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 
@@ -174,7 +174,7 @@ def checkout() -> Path:
     if not ((CHECKOUT / "Dockerfile").is_file() and (CHECKOUT / "images").is_dir()):
         raise ImageError(
             f"the images are built from a source checkout, and {CHECKOUT} is not one: run "
-            "from a clone of the repository (pip install -e .)"
+            "from a clone of the repository (pip install -e . -e devcluster)"
         )
     return CHECKOUT
 
@@ -275,7 +275,7 @@ class Session:
             raise NoSpace(
                 f"image builds need about {MIN_FREE_BYTES / 2**30:.0f} GiB free under {self.dir} "
                 f"and {free / 2**30:.1f} GiB are: free space (`python -m "
-                "tritonllm.cluster.images --prune` drops unused layers) or set TRITONLLM_CACHE"
+                "tritonllm_dev.images --prune` drops unused layers) or set TRITONLLM_CACHE"
             )
         self._space_checked = True
 
@@ -480,7 +480,7 @@ def pause_recipe(session: Session) -> Recipe:
     image = BY_NAME["pause"]
     binary = PAUSE.path("pause")
     if not binary.is_file():
-        from tritonllm.cluster.build import BuildError, build_component
+        from tritonllm_dev.build import BuildError, build_component
 
         try:
             build_component(PAUSE, session.progress)
@@ -529,10 +529,10 @@ def busybox_recipe(session: Session) -> Recipe:
 
 
 def operator_files(root: Path) -> dict[str, Path]:
-    """The operator image's build context (without tritonllm/cluster: dev tooling only)."""
+    """The operator image's build context: its package only (devcluster/ is dev tooling)."""
     files = {rel: root / rel for rel in ("Dockerfile", ".dockerignore", "pyproject.toml",
                                          "README.md", "images/wheels/README.md")}
-    files.update(tree(root, "operator", exclude=("operator/tritonllm/cluster",)))
+    files.update(tree(root, "operator"))
     return files
 
 
@@ -740,7 +740,7 @@ def _table(results: Sequence[ImageResult]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tritonllm.cluster.images",
+        prog="python -m tritonllm_dev.images",
         description="Build the local cluster's images (cached by content) and push them.",
     )
     parser.add_argument("names", nargs="*", metavar="NAME",

@@ -40,18 +40,18 @@ from typing import Any
 
 import yaml
 
-from tritonllm.cluster import procs, realnode
-from tritonllm.cluster.build import ensure_all
-from tritonllm.cluster.host import HostError
-from tritonllm.cluster.manifests import (
+from tritonllm_dev import procs, realnode
+from tritonllm_dev.build import ensure_all
+from tritonllm_dev.host import HostError
+from tritonllm_dev.manifests import (
     DEFAULT_NODES,
     NodeSpec,
     lws_configuration,
     lws_webhooks,
     node_manifest,
 )
-from tritonllm.cluster.pki import FRONT_PROXY_CN, Pki, ensure_pki
-from tritonllm.cluster.versions import (
+from tritonllm_dev.pki import FRONT_PROXY_CN, Pki, ensure_pki
+from tritonllm_dev.versions import (
     COMPONENTS,
     CONTROL_PLANE,
     ETCD,
@@ -101,7 +101,7 @@ def default_crd_dirs() -> list[Path]:
     env = os.environ.get("TRITONLLM_CRDS")
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    checkout = Path(__file__).resolve().parents[3] / "crds"
+    checkout = Path(__file__).resolve().parents[2] / "crds"
     return [checkout] if checkout.is_dir() else []
 
 
@@ -517,7 +517,7 @@ class LocalCluster:
 
     def _push_images(self) -> None:
         """Images the real node needs (pause, busybox helper, ...) into the local registry."""
-        from tritonllm.cluster import images  # lazy: image builds are only for real nodes
+        from tritonllm_dev import images  # lazy: image builds are only for real nodes
 
         try:
             self.images = images.ensure_images(realnode.REGISTRY_ADDR, self.progress)
@@ -652,7 +652,7 @@ class LocalCluster:
             ],
             processes,
         )
-        stages = resources.files("tritonllm.cluster").joinpath("kwok-stages.yaml").read_text()
+        stages = resources.files("tritonllm_dev").joinpath("kwok-stages.yaml").read_text()
         kwok_config = self._run_dir / "kwok.yaml"
         kwok_config.write_text(stages)
         self._spawn(

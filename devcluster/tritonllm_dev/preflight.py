@@ -3,7 +3,7 @@ and the tests need, in seconds and before any build.
 
 ``scripts/demo`` and ``scripts/test`` both run this first, with the system Python and before the
 virtualenv exists (standard library only, so ``PYTHONPATH=operator python3 -m
-tritonllm.cluster.preflight`` works on a bare checkout). Each need belongs to a *tier*:
+tritonllm_dev.preflight`` works on a bare checkout). Each need belongs to a *tier*:
 
 ====================  ==========================================================================
 ``base``              Python 3.11+, Go 1.26+, gcc, openssl, git, free disk for the caches
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Both standard library only, like this module (it runs before the virtualenv exists).
-from tritonllm.cluster.host import CGROUP_FS, CNI_BIN_DIR, CNI_PLUGINS, NEEDED_CONTROLLERS
-from tritonllm.cluster.versions import cache_root
+from tritonllm_dev.host import CGROUP_FS, CNI_BIN_DIR, CNI_PLUGINS, NEEDED_CONTROLLERS
+from tritonllm_dev.versions import cache_root
 
 TIERS = ("base", "real-node", "images", "mpi", "argocd", "metrics")
 #: What each README command needs.
@@ -249,7 +249,7 @@ def ensure(tiers: Sequence[str], *, install: bool = True,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tritonllm.cluster.preflight",
+    parser = argparse.ArgumentParser(prog="python -m tritonllm_dev.preflight",
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tier", action="append", choices=TIERS,
                         help="a tier to check (repeatable; default: every tier)")

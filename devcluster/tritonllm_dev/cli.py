@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tritonllm.cluster.build import BuildError, ensure_all
-from tritonllm.cluster.host import BRIDGE, GATEWAY_CIDR
-from tritonllm.cluster.local import DEFAULT_NAME, ClusterError, LocalCluster, default_crd_dirs
-from tritonllm.cluster.node import (
+from tritonllm_dev.build import BuildError, ensure_all
+from tritonllm_dev.host import BRIDGE, GATEWAY_CIDR
+from tritonllm_dev.local import DEFAULT_NAME, ClusterError, LocalCluster, default_crd_dirs
+from tritonllm_dev.node import (
     NODE_NAME,
     REGISTRY_ADDR,
     STANDIN_GPUS,
@@ -23,7 +23,7 @@ from tritonllm.cluster.node import (
     STORAGE_CLASS,
     TAINT_KEY,
 )
-from tritonllm.cluster.versions import COMPONENTS
+from tritonllm_dev.versions import COMPONENTS
 
 
 def _cluster(args: argparse.Namespace) -> LocalCluster:

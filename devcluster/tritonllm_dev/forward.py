@@ -1,4 +1,4 @@
-"""A TCP forwarder: ``python -m tritonllm.cluster.forward LISTEN_HOST:PORT TARGET_HOST:PORT``.
+"""A TCP forwarder: ``python -m tritonllm_dev.forward LISTEN_HOST:PORT TARGET_HOST:PORT``.
 
 The API server listens on 127.0.0.1 only; pods of the real node reach it as
 ``kubernetes.default`` through kube-proxy, whose endpoint is this forwarder on the bridge
@@ -49,7 +49,7 @@ async def serve(listen: str, target: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m tritonllm.cluster.forward LISTEN_HOST:PORT TARGET_HOST:PORT")
+        print("usage: python -m tritonllm_dev.forward LISTEN_HOST:PORT TARGET_HOST:PORT")
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args[0], args[1]))

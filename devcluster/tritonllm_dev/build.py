@@ -13,7 +13,7 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
 - kwok, LeaderWorkerSet and helm have clean go.mod files: plain ``go install pkg@version``.
 - Argo CD: its go.mod replaces its gitops-engine with a local directory (published on its own as
   ``github.com/argoproj/argo-cd/gitops-engine/v3``), so it is built in a wrapper module that
-  copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm.cluster.versions`).
+  copies its other replace directives; it needs Go 1.27 (see :mod:`tritonllm_dev.versions`).
   Its web UI is embedded from ``ui/dist/app``, which the module ships as an empty placeholder:
   the binary serves no UI, which the tests never use.
 - The autoscaling tier: Prometheus by ``go install`` with only its Kubernetes service discovery
@@ -27,12 +27,12 @@ Why a build at all: the build machine and CI have no Docker and can reach only p
   compiled with gcc from the Kubernetes module's ``build/pause/linux/pause.c`` (static).
 
 Every component lands in ``~/.cache/tritonllm/bin/<component>-<version>/`` (see
-:mod:`tritonllm.cluster.versions`), written through a temporary directory and moved in place, so a
+:mod:`tritonllm_dev.versions`), written through a temporary directory and moved in place, so a
 half-finished build never looks complete. A file lock serialises concurrent builds of the same
 component. A cold build is long (tens of minutes on 2 cores, mostly the API server), so progress —
 component, step, packages compiled, elapsed time — is reported every few seconds.
 
-Run as ``python -m tritonllm.cluster.build [component ...]`` (CI uses this to warm the cache).
+Run as ``python -m tritonllm_dev.build [component ...]`` (CI uses this to warm the cache).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from tritonllm.cluster.versions import (
+from tritonllm_dev.versions import (
     ARGOCD,
     ARGOCD_CRD_FILES,
     ARGOCD_GO_TOOLCHAIN,
@@ -716,7 +716,7 @@ def ensure_all(components: Sequence[Component] = COMPONENTS, progress: Progress 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tritonllm.cluster.build",
+        prog="python -m tritonllm_dev.build",
         description="Build and cache the local cluster's binaries (no-op when cached).",
     )
     names = [c.name for c in COMPONENTS]

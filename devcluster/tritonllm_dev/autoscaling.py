@@ -41,11 +41,11 @@ from typing import Any
 
 import yaml
 
-from tritonllm.cluster.build import build_component
-from tritonllm.cluster.local import ClusterError, LocalCluster, _free_port
-from tritonllm.cluster.pki import serving_cert
-from tritonllm.cluster.tier import HostTier, http_ok
-from tritonllm.cluster.versions import (
+from tritonllm_dev.build import build_component
+from tritonllm_dev.local import ClusterError, LocalCluster, _free_port
+from tritonllm_dev.pki import serving_cert
+from tritonllm_dev.tier import HostTier, http_ok
+from tritonllm_dev.versions import (
     KEDA,
     KEDA_CRD_FILES,
     PROMETHEUS,
