@@ -219,6 +219,32 @@ INVALID: list[Invalid] = [
         "serving.instances.bls",
         says="maxBatchSize",
     ),
+    # Options of another quantization format than the chosen one.
+    Invalid(
+        "awq-block-without-awq",
+        cr({"engine": {"quantization": {"format": "int8_wo", "awqBlockSize": 64}}}),
+        "engine.quantization.awqBlockSize",
+        says="applies to the AWQ formats",
+    ),
+    Invalid(
+        "awq-block-with-int8-sq",
+        cr({"engine": {"quantization": {"format": "int8_sq", "awqBlockSize": 64}}}),
+        "engine.quantization.awqBlockSize",
+        says="applies to the AWQ formats",
+    ),
+    Invalid(
+        "calibration-size-without-calibration",
+        cr({"engine": {"quantization": {"format": "int4_wo", "calibrationSize": 64}}}),
+        "engine.quantization.calibrationSize",
+        says="applies to the calibrated formats",
+    ),
+    Invalid(
+        "calibration-dataset-without-calibration",
+        cr({"engine": {"quantization": {"format": "none",
+                                        "calibrationDataset": "cnn_dailymail"}}}),
+        "engine.quantization.calibrationDataset",
+        says="applies to the calibrated formats",
+    ),
     Invalid(
         "int8-sq-with-fp8-kv",
         cr({"engine": {"quantization": {"format": "int8_sq", "kvCacheDtype": "fp8"}}}),

@@ -67,7 +67,8 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
     docs = template(helm)
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service",
-            "ClusterKopfPeering"} <= kinds
+            "Role", "RoleBinding"} <= kinds
+    assert "ClusterKopfPeering" not in kinds  # a Lease elects the acting replica
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert "pods/exec" not in resources
@@ -78,14 +79,15 @@ def test_template_renders_operator_with_least_privilege(helm: str) -> None:
     c = pod["containers"][0]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
-    assert env["TRITONLLM_PEERING"] == "tritonllm" and dep["spec"]["replicas"] == 2
-    # kopf's peer id is the pod's name: the KopfPeering shows which pod acts.
+    assert env["TRITONLLM_LEADER_ELECTION"] == "tritonllm" and dep["spec"]["replicas"] == 2
+    assert env["TRITONLLM_LEADER_ELECTION_NAMESPACE"] == "tritonllm-system"
+    # The Lease holder's id is the pod's name: the Lease shows which pod acts.
     assert env["POD_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 @pytest.mark.chart
 def test_template_renders_a_kopf_peering_per_watched_namespace(helm: str) -> None:
-    docs = template(helm, "settings.namespaces={team-a,team-b}")
+    docs = template(helm, "settings.namespaces={team-a,team-b}", "settings.leaderElection=")
     peerings = [(d["kind"], d["metadata"].get("namespace")) for d in docs
                 if d["apiVersion"].startswith("kopf.dev/")]
     assert peerings == [("KopfPeering", "team-a"), ("KopfPeering", "team-b")]
@@ -120,9 +122,11 @@ def test_image_digest_is_schema_checked(helm: str, digest: str) -> None:
 
 @pytest.mark.chart
 def test_template_refuses_replicas_without_peering(helm: str) -> None:
-    args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering="]
+    args = ["template", "demo", str(CHART), *KUBE, "--set", "settings.peering=",
+            "--set", "settings.leaderElection="]
     proc = run_helm(helm, *args, check=False)
-    assert proc.returncode != 0 and "needs settings.peering" in proc.stderr
+    assert proc.returncode != 0 and "needs settings.leaderElection or settings.peering" in (
+        proc.stderr)
 
 
 @pytest.mark.chart
@@ -219,18 +223,25 @@ def test_rbac_grants_only_the_verbs_the_code_uses(helm: str) -> None:
     granted = _verbs(role["rules"])
     for res, verbs in OPERATOR_VERBS.items():
         assert granted.pop(res) == verbs, res
-    # what remains is kopf's: the CRD scan, the schedule's Namespace, GPU nodes, peering
+    # what remains is kopf's: the CRD scan, the schedule's Namespace, GPU nodes
     assert granted == {
         "customresourcedefinitions": {"get", "list", "watch"},
         "namespaces": {"get", "list", "watch"},
         "nodes": {"list", "watch"},
-        "clusterkopfpeerings": {"get", "list", "watch", "patch"},
     }
+    # Leader election (tritonllm.k8s.lease): one Lease in the release's namespace.
+    (lease,) = [d for d in docs if d["kind"] == "Role"]
+    assert lease["metadata"]["namespace"] == "tritonllm-system"
+    assert _verbs(lease["rules"]) == {"leases": {"get", "create", "update"}}
+    # With kopf peering instead, its cluster-wide object.
+    peered = next(d for d in template(helm, "settings.leaderElection=")
+                  if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "demo-tritonllm")
+    assert _verbs(peered["rules"])["clusterkopfpeerings"] == {"get", "list", "watch", "patch"}
 
 
 @pytest.mark.chart
 def test_watched_namespaces_get_roles_not_a_cluster_role(helm: str) -> None:
-    docs = template(helm, "settings.namespaces={team-a,team-b}")
+    docs = template(helm, "settings.namespaces={team-a,team-b}", "settings.leaderElection=")
     roles = {d["metadata"]["namespace"]: d for d in docs if d["kind"] == "Role"}
     assert sorted(roles) == ["team-a", "team-b"]
     for role in roles.values():

@@ -1,6 +1,6 @@
 """The Helm chart on the real node, as a user installs it: the chart packaged and pushed as an OCI
 artifact to the local registry (`helm push oci://127.0.0.1:5000/...`), installed from there with
-the operator image from the same registry, two replicas with kopf peering, in a namespace that
+the operator image from the same registry, two replicas elected by a Lease, in a namespace that
 enforces Pod Security `restricted`.
 
 Checked on the running containers: both replicas Ready by their probes, the operator runs as a
@@ -101,11 +101,11 @@ def _operator_pods(cluster: LocalCluster, ns: str) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def _active(cluster: LocalCluster, ns: str, peering: str) -> str:
-    """The pod whose kopf peer has the highest priority (the chart sets kopf's peer id to the
-    pod's name)."""
-    peers = cluster.kubectl_json("get", "kopfpeering", peering, "-n", ns).get("status") or {}
-    return str(max(peers.items(), key=lambda kv: kv[1]["priority"])[0])
+def _active(cluster: LocalCluster, ns: str, lease: str) -> str:
+    """The pod that holds the leader-election Lease (the chart sets the holder id to the pod's
+    name)."""
+    spec = cluster.kubectl_json("get", "lease", lease, "-n", ns)["spec"]
+    return str(spec["holderIdentity"])
 
 
 def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
@@ -117,11 +117,11 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
     chart = push_chart(helm_bin, tmp_path)
     name, _, digest = refs["operator"].partition("@")
     repository, _, tag = name.rpartition(":")
-    peering = "tritonllm"
+    lease = "tritonllm"
     values = {
         "image": {"repository": repository, "tag": f"{tag}@{digest}"},
         "replicaCount": 2,
-        "settings": {"peering": peering, "namespaces": [ns], "logFormat": "text",
+        "settings": {"leaderElection": lease, "namespaces": [ns], "logFormat": "text",
                      "resyncSeconds": 5},
         "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
         "tolerations": tolerations(),
@@ -180,16 +180,15 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
         managers = {m["manager"] for m in svc_cr["metadata"]["managedFields"]}
         assert "tritonllm" in managers, managers
 
-        # Exactly one replica reconciles: the peer with the highest priority.
-        active = _active(cluster, ns, peering)
+        # Exactly one replica reconciles: the Lease holder.
+        active = _active(cluster, ns, lease)
         ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in _operator_pods(cluster, ns)}
         (standby,) = [n for n in ips if n != active]
         assert reconciles(ips[active]) > 0
         assert reconciles(ips[standby]) == 0
         logs = cluster.kubectl("logs", active, "-n", ns).stdout
         assert "Forbidden" not in logs and " 403" not in logs, logs[-3000:]
-        # The standby's metrics above are the proof that it paused: kopf's "Pausing operations"
-        # log line is not (one run's standby log lacked it while its metrics showed no reconcile).
+        # The standby's metrics above are the proof that it waits: it runs no kopf at all.
 
         # Delete the active replica: the standby takes over (first reconcile after deletion).
         start = time.monotonic()

@@ -96,6 +96,7 @@ def run_operator(
     tools_image: str = "registry.invalid/tritonllm:test",
     log_level: str = "INFO",
     env: dict[str, str] | None = None,
+    leader_election: str | None = None,
 ) -> Iterator[Operator]:
     """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
     on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
@@ -125,7 +126,10 @@ def run_operator(
         tools_image,
     ]
     env = {**os.environ, **(env or {}), "TRITONLLM_PEERING": peering or ""}
-    if not peering:
+    if leader_election:  # a Lease in the watched namespace elects the acting replica
+        args += ["--leader-election", leader_election]
+        env.setdefault("TRITONLLM_LEADER_ELECTION_NAMESPACE", namespace)
+    elif not peering:
         args.append("--standalone")
     with log.open("wb") as out:
         proc = subprocess.Popen(

@@ -71,6 +71,16 @@ def restrict(cluster: LocalCluster, ns: str) -> None:
                     "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
 
 
+def seeded(cluster: LocalCluster, ns: str) -> dict[str, str]:
+    """A `restricted` namespace whose store holds the seed's tiny model; the images' refs."""
+    restrict(cluster, ns)
+    refs = images.ensure_images(REGISTRY_ADDR)
+    cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
+    cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
+                    "--timeout=240s", timeout=270)
+    return refs
+
+
 def _diagnose(cluster: LocalCluster, ns: str, op: Operator | None = None) -> str:
     """Everything a person needs when the flow stalls: pods, Jobs, CR, describe and logs."""
     parts = []

@@ -31,18 +31,15 @@ from tests.cluster.test_real_flow import (
     EXAMPLE,
     EXPECTED_4,
     PROMPT,
-    SEED,
     _diagnose,
     _first_answer,
     _pods,
     _service_ip,
     _volume_dir,
-    restrict,
+    seeded,
 )
 from tritonllm.api.constants import LABEL_ENGINE_KEY
-from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
-from tritonllm_dev.node import REGISTRY_ADDR
 from tritonllm_dev.testing import wait_for
 from tritonllm_dev.versions import KUBERNETES
 
@@ -224,11 +221,7 @@ def test_lifecycle_on_real_pods_under_load(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
     ns = namespace
-    restrict(cluster, ns)
-    refs = images.ensure_images(REGISTRY_ADDR)
-    cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
-    cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
-                    "--timeout=240s", timeout=270)
+    refs = seeded(cluster, ns)
     figures = Figures()
     with run_operator(cluster, ns, tmp_path, tools_image=refs["operator"]) as op:
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(lifecycle_cr()))

@@ -489,6 +489,8 @@ def test_unschedulable_serving_pod_is_named_in_progressing() -> None:
      "QuotaExceeded"),
     ('pods "demo-x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true',
      "AdmissionRefused"),
+    ('pods "demo-x" is forbidden: maximum memory usage per Container is 1Gi, but limit is 8Gi',
+     "LimitRangeExceeded"),
 ])
 def test_serving_pods_the_cluster_refuses_are_degraded(refused: str, reason: str) -> None:
     w = World(pods_refused=refused)

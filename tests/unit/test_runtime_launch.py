@@ -449,8 +449,9 @@ def test_generated_secret_holds_ed25519_key_pairs(
         assert derived == data[public].split()[:2]
 
 
-def built(img: FakeImage, name: str) -> tuple[dict[str, Any], Path]:
-    """The launch plan of an example whose engine `tritonllm build` built with the fake tools."""
+def built(img: FakeImage, name: str, **env: str) -> tuple[dict[str, Any], Path]:
+    """The launch plan of an example whose engine `tritonllm build` built with the fake tools
+    (`env`: more of the build's environment)."""
     plan, path = ready(img, name)
     engine = Path(plan["engineDir"])
     for child in engine.iterdir():
@@ -463,7 +464,7 @@ def built(img: FakeImage, name: str) -> tuple[dict[str, Any], Path]:
             Path(step["tokenFile"]).write_text("hf_fake\n")
     code = img.tritonllm(
         "build", "--plan", str(write_plan(img.root / "etc/build.json", build)),
-        env=img.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"], HF_TOKEN="hf_fake"),
+        env=img.env(FAKE_TRTLLM_VERSION=plan["trtllmVersion"], HF_TOKEN="hf_fake", **env),
     )
     assert code.returncode == 0, code.stdout + code.stderr
     return plan, path

@@ -28,6 +28,13 @@ TAINT = "0/1 nodes are available: 1 node(s) had untolerated taint {team: a}."
 QUOTA = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: exceeded quota: gpus, '
          'requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=0, limited: '
          'requests.nvidia.com/gpu=0')
+# The LimitRanger admission plugin's words (a maximum, a minimum, a ratio).
+LIMIT_MAX = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: maximum memory usage '
+             'per Container is 1Gi, but limit is 4Gi')
+LIMIT_MIN = ('Error creating: pods "tritonllm-repo-x-abcde" is forbidden: minimum cpu usage per '
+             'Pod is 200m, but request is 100m')
+LIMIT_RATIO = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: memory max limit to '
+               'request ratio per Container is 2, but provided ratio is 4.000000')
 POD_SECURITY = ('Error creating: pods "tritonllm-build-x-abcde" is forbidden: violates '
                 'PodSecurity "restricted:latest": runAsNonRoot != true')
 
@@ -67,6 +74,9 @@ def event(message: str, reason: str = "FailedCreate") -> dict[str, Any]:
     ([pod(waiting=("build", "CreateContainerConfigError", 'secret "hf" not found'))], [],
      r.POD_NOT_STARTING, 'secret "hf" not found'),
     ([], [event(QUOTA)], r.QUOTA_EXCEEDED, "exceeded quota: gpus"),
+    ([], [event(LIMIT_MAX)], r.LIMIT_RANGE_EXCEEDED, "maximum memory usage per Container"),
+    ([], [event(LIMIT_MIN)], r.LIMIT_RANGE_EXCEEDED, "minimum cpu usage per Pod"),
+    ([], [event(LIMIT_RATIO)], r.LIMIT_RANGE_EXCEEDED, "limit to request ratio"),
     ([], [event(POD_SECURITY)], r.ADMISSION_REFUSED, "violates PodSecurity"),
 ])
 def test_each_reason_a_job_pod_does_not_start(
@@ -167,6 +177,7 @@ def test_build_pod_missing_a_secret_is_not_starting() -> None:
 
 @pytest.mark.parametrize("message,reason,fix", [
     (QUOTA, "QuotaExceeded", "raise the namespace's ResourceQuota"),
+    (LIMIT_MAX, "LimitRangeExceeded", "`kubectl describe limitrange -n "),
     (POD_SECURITY, "AdmissionRefused", "ask the cluster's administrators"),
 ])
 def test_build_pod_the_api_server_refuses_is_degraded(message: str, reason: str, fix: str) -> None:

@@ -23,6 +23,14 @@ ENGINE_KEY_LENGTH: Final = 16
 ENGINE_KEY_PATTERN: Final = f"^[0-9a-f]{{{ENGINE_KEY_LENGTH}}}$"
 
 
+# The build's report of what it wrote (tritonllm.runtime.verified): "sha256:" and 64 hex digits.
+DIGEST_PATTERN: Final = "^sha256:[0-9a-f]{64}$"
+
+
+def is_digest(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(DIGEST_PATTERN, value) is not None
+
+
 def is_engine_key(value: object) -> bool:
     """Whether `value` has the exact shape of an engine key (lowercase hex, fixed length)."""
     return isinstance(value, str) and re.fullmatch(ENGINE_KEY_PATTERN, value) is not None
@@ -98,5 +106,12 @@ class TritonLLMEngineStatus(ApiModel):
     """When the build finished (RFC 3339)."""
     builtFor: str | None = None
     """UID of the deployment whose reconcile started the build (others reuse it: cache hits)."""
+    digest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    """Engine digest the build Job reported in its termination message (the name, size and
+    sha256 of every engine file); serving pods refuse an engine on the store whose artifact.json
+    gives another. None: an engine built before builds reported it."""
+    fingerprintDigest: str | None = Field(default=None, pattern=DIGEST_PATTERN)
+    """Digest of the engine files' size, mtime, ctime and inode when the build hashed them:
+    serving pods that find the same skip hashing the engine again."""
     message: str | None = None
     """Human-readable state."""

@@ -64,6 +64,11 @@ SERVING_POD_FAILED: Final = "ServingPodFailed"
 (its termination message is quoted: a leader that reached no worker names the worker and the
 port; mpirun names the rank that died). Its workload restarts it (a multi-node group is
 recreated whole), so this clears itself once every replica is ready."""
+ENGINE_TAMPERED: Final = "EngineTampered"
+"""True (Degraded True too): a serving pod refused the engine on the store because its
+artifact.json is not the one the build reported to the operator (TritonLLMEngine
+status.digest): the store was changed after the build. Delete the TritonLLMEngine and the
+engine directory to have it built again."""
 RETRYING_BUILD: Final = "RetryingBuild"
 """True: a failed build will be retried after its backoff."""
 DEPLOYED: Final = "Deployed"
@@ -101,6 +106,9 @@ FORBIDDEN: Final = "Forbidden"
 """True: the operator may not make a write it needs (RBAC, HTTP 403); the object is named."""
 QUOTA_EXCEEDED: Final = "QuotaExceeded"
 """True: a ResourceQuota of the namespace refused an object (the quota's message is quoted)."""
+LIMIT_RANGE_EXCEEDED: Final = "LimitRangeExceeded"
+"""True: a LimitRange of the namespace refused a pod (its per-container or per-pod minimum,
+maximum or limit/request ratio; the LimitRanger's message is quoted)."""
 ADMISSION_REFUSED: Final = "AdmissionRefused"
 """True: an admission webhook or policy refused an object (its message is quoted)."""
 API_ERROR: Final = "ApiError"
@@ -118,7 +126,7 @@ SCALED_TO_ZERO: Final = "ScaledToZero"
 # Why a build or repository Job's pod does not start (tritonllm.plan.stalls): a reason change
 # into one of these posts a Warning Event even though the condition's status stays False.
 POD_STALLS: Final = (UNSCHEDULABLE, IMAGE_PULL_FAILED, POD_NOT_STARTING, QUOTA_EXCEEDED,
-                     ADMISSION_REFUSED)
+                     LIMIT_RANGE_EXCEEDED, ADMISSION_REFUSED)
 
 # Degraded=True reasons that block every step (Progressing=False with the same reason).
 PREREQUISITES: Final = (STORE_MISSING, SECRET_MISSING, NO_MATCHING_NODES, AUTOSCALER_MISSING)

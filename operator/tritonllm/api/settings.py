@@ -31,6 +31,16 @@ class OperatorSettings(BaseModel):
     """Address the metrics and health endpoints listen on."""
     peering: str = "tritonllm"
     """kopf peering name (leader election between replicas); empty runs standalone."""
+    leader_election: str = ""
+    """Name of a coordination.k8s.io Lease that elects the acting replica (a standby takes over
+    within seconds of the leader's death, SIGKILL included); kopf then runs without peering.
+    Empty: kopf peering (`peering`) elects it."""
+    leader_election_namespace: str = ""
+    """Namespace of that Lease (the chart sets the operator's own); empty: the first watched
+    namespace, else `default`."""
+    lease_seconds: float = Field(default=6.0, ge=2, le=60)
+    """How long a Lease holds without renewal (renewed every third of it): the longest a
+    killed leader leaves the operator idle, about."""
     resync_seconds: float = Field(default=60.0, gt=0)
     """Every object is reconciled this often (a safety net; the steady state writes nothing)."""
     tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"

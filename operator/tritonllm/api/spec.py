@@ -9,7 +9,7 @@ enforced by CEL at admission and by the same check in Python.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
@@ -139,6 +139,10 @@ PluginDtype = Literal["auto", "float16", "bfloat16", "float32", "disable"]
 FORMATS_NEEDING_16BIT = ("int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "fp8", "nvfp4")
 # Formats produced by ModelOpt's quantize.py (the others go through convert_checkpoint.py).
 MODELOPT_FORMATS = ("int4_awq", "w4a8_awq", "int8_sq", "fp8", "nvfp4")
+# Formats whose quantize.py run takes --awq_block_size.
+AWQ_FORMATS = ("int4_awq", "w4a8_awq")
+AWQ_BLOCK_DEFAULT: Final = 128
+CALIBRATION_SIZE_DEFAULT: Final = 512
 
 
 def quantity_bytes(q: str) -> float:
@@ -304,18 +308,48 @@ class Quantization(ApiModel):
     """none (weights in engine.dtype); int8_wo/int4_wo (weight-only, convert_checkpoint);
     int4_awq/w4a8_awq/int8_sq/fp8/nvfp4 (ModelOpt quantize.py with calibration). fp8 and
     w4a8_awq need Ada/Hopper or newer, nvfp4 needs Blackwell."""
-    awqBlockSize: Literal[64, 128] = 128
+    awqBlockSize: Literal[64, 128] = AWQ_BLOCK_DEFAULT
     """Group size for AWQ formats (quantize.py --awq_block_size)."""
     kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
     """KV-cache quantization; none keeps the model dtype. With format none, int8_wo or int4_wo
     the model's convert_checkpoint.py does it, and not every one can (fp8: llama since 0.12;
     int8: gpt, llama, qwen, and gemma from 0.13; neither for phi and falcon): the operator refuses
     what the image's version lacks. The ModelOpt formats quantize the KV cache in any version."""
-    calibrationSize: int = Field(default=512, ge=1, le=65536)
+    calibrationSize: int = Field(default=CALIBRATION_SIZE_DEFAULT, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
     calibrationDataset: DatasetPath | None = None
     """Calibration dataset (Hub id or a path under the model store); empty uses the tool's
     default (cnn_dailymail), which needs Hub access from the build Job."""
+
+    # Options of one family of formats are refused with another (they would be ignored, or
+    # passed to a tool that has no such flag). Their defaults are in the schema, so only a value
+    # other than the default counts as set.
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"self.format in {list(AWQ_FORMATS)} || self.awqBlockSize == {AWQ_BLOCK_DEFAULT}",
+            message="quantization.awqBlockSize applies to the AWQ formats (int4_awq, w4a8_awq) "
+            "only: remove it, or choose one of those formats",
+            check=lambda q: q.format in AWQ_FORMATS or q.awqBlockSize == AWQ_BLOCK_DEFAULT,
+            field="awqBlockSize",
+        ),
+        Rule(
+            cel=f"self.format in {list(MODELOPT_FORMATS)} || "
+            f"self.calibrationSize == {CALIBRATION_SIZE_DEFAULT}",
+            message="quantization.calibrationSize applies to the calibrated formats (int4_awq, "
+            "w4a8_awq, int8_sq, fp8, nvfp4) only: remove it, or choose one of those formats",
+            check=lambda q: q.format in MODELOPT_FORMATS
+            or q.calibrationSize == CALIBRATION_SIZE_DEFAULT,
+            field="calibrationSize",
+        ),
+        Rule(
+            cel=f"self.format in {list(MODELOPT_FORMATS)} || !has(self.calibrationDataset)",
+            message="quantization.calibrationDataset applies to the calibrated formats "
+            "(int4_awq, w4a8_awq, int8_sq, fp8, nvfp4) only: remove it, or choose one of those "
+            "formats",
+            check=lambda q: q.format in MODELOPT_FORMATS or q.calibrationDataset is None,
+            field="calibrationDataset",
+        ),
+    )
 
 
 class Parallelism(ApiModel):
@@ -989,6 +1023,7 @@ RULE_SITES: dict[str, type[ApiModel]] = {
     "spec.model.tokenizer": Tokenizer,
     "spec.engine": EngineSpec,
     "spec.engine.parallelism": Parallelism,
+    "spec.engine.quantization": Quantization,
     "spec.serving": ServingSpec,
     "spec.storage": StorageSpec,
     "spec.autoscaling": AutoscalingSpec,

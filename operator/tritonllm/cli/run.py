@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import sys
+from collections.abc import AsyncIterator
 
 from tritonllm.api.settings import OperatorSettings
 
@@ -34,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--standalone",
         action="store_true",
         help="no peering (a single operator replica, e.g. for development)",
+    )
+    p.add_argument(
+        "--leader-election",
+        metavar="LEASE",
+        help="elect the acting replica with this coordination.k8s.io Lease instead of kopf "
+        "peering (failover in seconds; TRITONLLM_LEADER_ELECTION)",
     )
     p.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (0: off)")
     p.add_argument("--health-port", type=int, help="/healthz port (0: off)")
@@ -59,10 +66,19 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
             "tools_image": args.tools_image,
             "resync_seconds": args.resync_seconds,
             "peering": "" if args.standalone else None,
+            "leader_election": _leader_election(args),
         }.items()
         if v is not None
     }
     return base.model_copy(update=overrides)
+
+
+def _leader_election(args: argparse.Namespace) -> str | None:
+    """--leader-election LEASE wins; --standalone alone turns the setting off."""
+    chosen: str | None = getattr(args, "leader_election", None)
+    if chosen is not None:
+        return chosen
+    return "" if args.standalone else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
         else None
     )
     async def main() -> None:
+        if settings.leader_election:
+            await _elected(settings, args.kubeconfig, liveness)
+            return
         if settings.peering:
             await _peering_ready(settings, args.kubeconfig)
         await kopf.operator(
@@ -103,16 +122,86 @@ def run(args: argparse.Namespace) -> int:
             priority=random.randint(1, 1_000_000),
         )
 
+    from tritonllm.k8s.lease import LeaseLost
     from tritonllm.k8s.peering import PeeringMissing
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(main())
-    except PeeringMissing as exc:
-        # One line, no traceback: the object, and the two ways out.
+    except (PeeringMissing, LeaseLost) as exc:
+        # One line, no traceback: the object, and the ways out (or why this replica stopped).
         print(f"error: tritonllm run: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _elected(
+    settings: OperatorSettings, kubeconfig: str | None, liveness: str | None
+) -> None:
+    """Lease-based leader election (tritonllm.k8s.lease): wait as a standby (its /healthz says
+    so), then run kopf without peering while the Lease is renewed. A lost Lease stops kopf and
+    raises LeaseLost (the process exits 1; its restart waits as a standby); a stop of kopf
+    (SIGTERM) releases the Lease, so the standby takes over at once."""
+    import logging
+    import socket
+
+    import kopf
+
+    from tritonllm.handlers import operator as handlers
+    from tritonllm.k8s.client import Kube
+    from tritonllm.k8s.lease import LeaderLease, LeaseLost
+
+    identity = os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
+    kube = Kube.from_kubeconfig(kubeconfig, concurrency=2, timeout=settings.lease_seconds / 3)
+    namespace = settings.leader_election_namespace or next(iter(settings.namespaces), "default")
+    lease = LeaderLease(kube, namespace, settings.leader_election, identity,
+                        duration=settings.lease_seconds)
+    handlers.when_stopped(lease.release)  # as soon as the last pass is over, on SIGTERM
+    try:
+        async with _standby_health(settings):
+            await lease.acquire()
+        stop = asyncio.Event()
+        operator = asyncio.create_task(kopf.operator(
+            standalone=True, namespaces=settings.namespaces,
+            clusterwide=not settings.namespaces, liveness_endpoint=liveness, stop_flag=stop))
+        keep = asyncio.create_task(lease.keep())
+        done, _ = await asyncio.wait({operator, keep}, return_when=asyncio.FIRST_COMPLETED)
+        if keep in done and not lease.released:
+            stop.set()  # lost: stop acting before a standby may start
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(operator, timeout=settings.lease_seconds)
+            keep.result()  # raises LeaseLost
+            raise LeaseLost("the Lease renewal ended")
+        await operator  # stopping (SIGTERM): kopf's cleanup released the Lease
+        keep.cancel()
+        await lease.release()
+    finally:
+        await kube.close()
+        logging.getLogger("tritonllm.lease").info("leader election ended")
+
+
+@contextlib.asynccontextmanager
+async def _standby_health(settings: OperatorSettings) -> AsyncIterator[None]:
+    """While waiting for the Lease, /healthz answers {"state": "standby"} (kopf's probe
+    endpoint takes the port over once this replica acts)."""
+    from aiohttp import web
+
+    if not settings.health_port:
+        yield
+        return
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"state": "standby"})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, settings.bind_address, settings.health_port).start()
+    try:
+        yield
+    finally:
+        await runner.cleanup()
 
 
 async def _peering_ready(settings: OperatorSettings, kubeconfig: str | None) -> None:

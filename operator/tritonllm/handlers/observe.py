@@ -71,7 +71,7 @@ async def observe(
         keda_served=cache.serves(SCALED_OBJECTS_CRD),
         engine=engine,
         build_job=build_job,
-        build_pods=await _failed_pods(kube, ns, build_job),
+        build_pods=await _failed_pods(kube, ns, build_job, or_reported=_building(engine)),
         build_stall=await pods.job_stall(kube, ns, r.build_job.name, build_job),
         repo_job=repo_job,
         repo_pods=await _failed_pods(kube, ns, repo_job),
@@ -103,8 +103,16 @@ def _live(
     return live
 
 
-async def _failed_pods(kube: Kube, namespace: str, job: Obj | None) -> list[Obj]:
-    if job is None or not job_failed(job):
+def _building(engine: Obj | None) -> bool:
+    """The engine record is not Ready: a succeeded build Job's pod has its digest to report."""
+    return ((engine or {}).get("status") or {}).get("state") != "Ready"
+
+
+async def _failed_pods(
+    kube: Kube, namespace: str, job: Obj | None, *, or_reported: bool = False
+) -> list[Obj]:
+    """The pods of a failed Job; with `or_reported`, of a succeeded one too (its report)."""
+    if job is None or not (job_failed(job) or (or_reported and job_finished(job))):
         return []
     return await kube.list("v1", "Pod", namespace, labels={"job-name": job["metadata"]["name"]})
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -126,12 +127,22 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     reconciler()
 
 
+def when_stopped(fn: Callable[[], Awaitable[None]]) -> None:
+    """Call `fn` once this replica has stopped acting (the Lease's release: the standby takes
+    over while kopf still closes its watches, a few seconds)."""
+    _state["when_stopped"] = fn
+
+
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     r = _state.get("reconciler")
     if r is not None:
+        r.stop()  # no new pass from here on, whatever the watches still deliver
         await asyncio.wait_for(r.wait_idle(), timeout=30)
         await r.kube.close()
+    stopped = _state.get("when_stopped")
+    if stopped is not None:
+        await stopped()
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

@@ -91,6 +91,7 @@ class Reconciler:
         self._secrets = SecretChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
+        self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
         # more rendered objects in memory while waiting for it (a burst of 1000 new objects).
         self._passes = asyncio.Semaphore(PASSES_PER_CLIENT_SLOT * settings.api_concurrency)
@@ -104,8 +105,14 @@ class Reconciler:
         if name:
             self.request(pod["metadata"].get("namespace", ""), name)
 
+    def stop(self) -> None:
+        """The replica stops acting: requests from now on are dropped."""
+        self._stopped = True
+
     def request(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one object (coalesced)."""
+        if self._stopped:
+            return
         key = (namespace, name)
         if key in self._running:
             self._dirty.add(key)
@@ -237,13 +244,16 @@ class Reconciler:
         uid = dep.metadata.uid or ""
         engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
+        recorded = record_status(engine)
         opts = RenderOptions(
             tools_image=self.settings.tools_image,
             prometheus_url=self.settings.prometheus_url,
             activator_image=self.settings.activator_image,
             pod_monitors=self.cache.serves(POD_MONITORS_CRD),
-            engine_cached=is_cache_hit(record_status(engine), uid),
+            engine_cached=is_cache_hit(recorded, uid),
             observed_replicas=handover_replicas(dep, workload),
+            engine_digest=recorded.digest if recorded.state == "Ready" else None,
+            engine_fingerprints=recorded.fingerprintDigest,
         )
         rendered = render_all(dep, opts)
         too_big = rendered_problems(rendered)

@@ -58,6 +58,7 @@ WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
 DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
 PEERING_API_VERSION = "kopf.dev/v1"  # kopf's peering objects (tritonllm.k8s.peering)
+LEASE_API_VERSION = "coordination.k8s.io/v1"  # leader election (tritonllm.k8s.lease)
 
 
 class Slots:
@@ -115,6 +116,7 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     (c.API_VERSION, c.KIND): Resource(c.PLURAL),
     (c.API_VERSION, c.ENGINE_KIND): Resource(c.ENGINE_PLURAL),
     (PEERING_API_VERSION, "KopfPeering"): Resource("kopfpeerings"),
+    (LEASE_API_VERSION, "Lease"): Resource("leases"),
     (PEERING_API_VERSION, "ClusterKopfPeering"): Resource("clusterkopfpeerings", namespaced=False),
 }
 
@@ -322,13 +324,21 @@ class Kube:
     async def create(self, obj: Sendable) -> dict[str, Any] | None:
         """Create; the object as created, or None when the name is taken (for objects that must
         not be re-applied, or adopted)."""
+        path = path_for(obj.api_version, obj.kind, obj.namespace)
+        return await self._unless_conflict("create", "POST", path, obj)
+
+    async def replace(self, obj: Sendable) -> dict[str, Any] | None:
+        """Replace (PUT) an object whose body carries the resourceVersion it was read at; None
+        when it changed since (409 Conflict: someone else wrote it first)."""
+        path = path_for(obj.api_version, obj.kind, obj.namespace, obj.name)
+        return await self._unless_conflict("replace", "PUT", path, obj)
+
+    async def _unless_conflict(
+        self, verb: str, method: str, path: str, obj: Sendable
+    ) -> dict[str, Any] | None:
         try:
             out: dict[str, Any] = await self._call(
-                "create",
-                obj.kind,
-                "POST",
-                path_for(obj.api_version, obj.kind, obj.namespace),
-                body=obj.body,
+                verb, obj.kind, method, path, body=obj.body,
                 query=[("fieldManager", self.field_manager)],
             )
             return out

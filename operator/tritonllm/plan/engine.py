@@ -25,7 +25,7 @@ from tritonllm.render import Rendered
 from tritonllm.render.engine import engine_record
 
 from .conditions import Cond
-from .observed import JobObs, Obj, Observed
+from .observed import JobObs, Obj, Observed, build_report
 from .ownership import owner_uids
 from .stalls import Context, Stall, explain
 from .writes import Plan, parse_time, rfc3339, want
@@ -57,10 +57,18 @@ class EngineStep:
 
     status: TritonLLMEngineStatus
     condition: Cond  # EngineReady
+    # The rendered launch plan carries the digest the record holds (False in the pass that
+    # records it: the repository waits one pass, so that its plan names the digest).
+    digest_rendered: bool = True
 
     @property
     def ready(self) -> bool:
         return self.status.state == "Ready"
+
+    @property
+    def usable(self) -> bool:
+        """Ready, and the plans rendered in this pass name its digest."""
+        return self.ready and self.digest_rendered
 
     @property
     def failed(self) -> bool:
@@ -86,8 +94,13 @@ def engine_step(
     if record_exists and (status != old or obs.engine is None or p.create):
         p.engine_status = status.to_wire()
     stall = obs.build_stall if status.state == "Building" else None
+    rendered_digest = (rendered.launch_plan.get("engineDigest") or {}).get("engine")
+    digest_rendered = rendered_digest == status.digest or dep.spec.runtime != "engine"
+    if status.state == "Ready" and not digest_rendered:
+        p.requeue(MIN_REQUEUE_SECONDS)  # the record's write brings a reconcile first, usually
     return EngineStep(
-        status, _condition(dep, rendered, status, uid=uid, blocked=blocked, stall=stall)
+        status, _condition(dep, rendered, status, uid=uid, blocked=blocked, stall=stall),
+        digest_rendered,
     )
 
 
@@ -108,13 +121,20 @@ def _advance(
     what, name = _what(dep), rendered.build_job.name
     if job.phase == "Succeeded":
         p.build_result = "succeeded"
+        # The engine's digest, from the build pod's own report: serving pods refuse an engine
+        # on the store that is not this one (tritonllm.runtime.verified).
+        report = build_report(obs.build_job, obs.build_pods) if what == "build" else {}
+        unreported = " (it reported no engine digest: serving pods check the store's "
+        unreported += "artifact.json only)"
         return status.model_copy(
             update={
                 "state": "Ready",
                 "builtAt": rfc3339(obs.now),
-                "message": f"{what} finished",
+                "message": f"{what} finished" + ("" if report or what != "build" else unreported),
                 "builtFor": status.builtFor or uid,
                 "buildJob": None,
+                "digest": report.get("digest"),
+                "fingerprintDigest": report.get("fingerprintDigest"),
             }
         )
     if job.phase == "Failed":

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonllm.api import constants as c
+from tritonllm.api.engine import is_digest
 
 from .phases import PodTimes
 from .redact import log_tail
@@ -35,6 +37,8 @@ class Observed:
     keda_served: bool = True
     engine: Obj | None = None  # TritonLLMEngine record
     build_job: Obj | None = None
+    # The build Job's pods: when it failed (their termination messages say why), and when it
+    # succeeded while the engine record is not Ready yet (they report the engine's digest).
     build_pods: Sequence[Obj] = ()
     # Why the build Job's pod does not start (read only while the Job has no running pod).
     build_stall: Stall | None = None
@@ -123,6 +127,32 @@ def termination_message(pods: Sequence[Obj]) -> str:
                 head += f" ({reason})" if reason else ""
                 return f"{head}: {log_tail(msg)}" if msg else head
     return ""
+
+
+def build_report(job: Obj | None, pods: Sequence[Obj]) -> dict[str, str]:
+    """The digests a succeeded build reported (tritonllm.runtime.verified.report_engine): the
+    termination message of a container that exited 0, in a pod whose controller is this very
+    Job (a pod of the same name label made by someone else is not read). {} when none did, or
+    what it said is not a report."""
+    uid = ((job or {}).get("metadata") or {}).get("uid")
+    for pod in pods:
+        owners = pod["metadata"].get("ownerReferences") or []
+        if not uid or not any(o.get("controller") and o.get("uid") == uid for o in owners):
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") != 0:
+                continue
+            try:
+                said = json.loads(term.get("message") or "")
+            except ValueError:
+                continue
+            if isinstance(said, dict) and is_digest(said.get("engineDigest")):
+                report = {"digest": said["engineDigest"]}
+                if is_digest(said.get("fingerprintDigest")):
+                    report["fingerprintDigest"] = said["fingerprintDigest"]
+                return report
+    return {}
 
 
 def serving_failure(pod: Obj) -> str | None:

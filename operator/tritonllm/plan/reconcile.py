@@ -87,7 +87,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None)
     # 4. the repository
     repo = repository_step(
-        p, dep, rendered, obs, engine_ready=engine.ready, blocked=blocked is not None,
+        p, dep, rendered, obs, engine_ready=engine.usable, blocked=blocked is not None,
         was_written=recorded(body, dep, rendered),
     )
     # 5. serving, and what no longer belongs

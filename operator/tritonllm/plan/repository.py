@@ -76,7 +76,7 @@ def repository_step(
         if job.phase == "Missing":
             p.apply.append(rendered.repository_job.stamped())
     stall = obs.repo_stall if job.phase == "Active" else None
-    ctx = Context(dep.namespace, dep.spec.storage.claimName, None)
+    ctx = Context(dep.namespace, dep.spec.storage.claimName, None, spec_resources=False)
     return RepositoryStep(
         job, _condition(rendered, job, engine_ready=engine_ready, stall=stall, ctx=ctx)
     )

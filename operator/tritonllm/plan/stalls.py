@@ -8,8 +8,9 @@ pod, tritonllm.handlers.observe):
                                                 enough GPUs, a taint, an unbound claim
     a container's waiting reason                the kubelet: ErrImagePull, ImagePullBackOff,
                                                 InvalidImageName, CreateContainerConfigError, ...
-    the Job's FailedCreate Event (no pod)       the API server refused the pod: a ResourceQuota,
-                                                Pod Security or an admission webhook
+    the Job's FailedCreate Event (no pod)       the API server refused the pod: a ResourceQuota
+                                                (named in its message), a LimitRange, Pod
+                                                Security or an admission webhook
 
 `job_stall` picks the first that applies; `explain` turns it into a condition message naming the
 spec field or command that fixes it. The serving path reads the scheduler the same way
@@ -19,11 +20,13 @@ spec field or command that fixes it. The serving path reads the scheduler the sa
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
+from tritonllm.render.jobs import REPOSITORY_RESOURCES
 
 Obj = Mapping[str, Any]
 
@@ -32,6 +35,12 @@ PULL_FAILURES = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
 START_FAILURES = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+# What the repository Job's pod asks for.
+FIXED_REQUESTS = (
+    f"{REPOSITORY_RESOURCES['requests']['cpu']} CPU and "
+    f"{REPOSITORY_RESOURCES['requests']['memory']} of memory, limited to "
+    f"{REPOSITORY_RESOURCES['limits']['memory']}"
+)
 # Quoted words are cut here (a condition message stays readable; the pod has the rest).
 MAX_QUOTE = 600
 
@@ -85,8 +94,23 @@ def job_stall(pods: Sequence[Obj], events: Sequence[Obj] = ()) -> Stall | None:
         return None
     last = max(refused, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
     message = str(last.get("message", "")).strip()
-    reason = r.QUOTA_EXCEEDED if "exceeded quota" in message else r.ADMISSION_REFUSED
-    return Stall(reason, _cut(message))
+    return Stall(refusal_reason(message), _cut(message))
+
+
+# The LimitRanger admission plugin's words: "maximum memory usage per Container is 1Gi, but
+# limit is 4Gi", "minimum cpu usage per Pod is ...", "cpu max limit to request ratio per
+# Container is 2, but provided ratio is 4.000000".
+LIMIT_RANGE_SAYS = re.compile(r"(maximum|minimum) \S+ usage per \w+ is|limit to request ratio per")
+
+
+def refusal_reason(message: str) -> str:
+    """Who refused a pod, from the API server's message: a ResourceQuota (which its message
+    names: "exceeded quota: NAME"), a LimitRange, or another admission check."""
+    if "exceeded quota" in message:
+        return r.QUOTA_EXCEEDED
+    if LIMIT_RANGE_SAYS.search(message):
+        return r.LIMIT_RANGE_EXCEEDED
+    return r.ADMISSION_REFUSED
 
 
 def _cut(text: str) -> str:
@@ -100,6 +124,9 @@ class Context:
     namespace: str
     claim: str
     gpu_product: str | None  # None for a pod that needs no GPU (the repository Job)
+    # The pod's requests come from spec.podTemplate.resources (False: the repository Job's own,
+    # small and fixed).
+    spec_resources: bool = True
 
 
 def fixes(stall: Stall, ctx: Context) -> list[str]:
@@ -114,7 +141,16 @@ def fixes(stall: Stall, ctx: Context) -> list[str]:
     if stall.reason == r.POD_NOT_STARTING:
         return [f"a Secret, ConfigMap or volume the pod needs is missing: {describe}"]
     if stall.reason == r.QUOTA_EXCEEDED:
+        if not ctx.spec_resources:
+            return [f"raise the namespace's ResourceQuota (this pod asks for {FIXED_REQUESTS})"]
         return ["raise the namespace's ResourceQuota or lower spec.podTemplate.resources"]
+    if stall.reason == r.LIMIT_RANGE_EXCEEDED:
+        within = "keep spec.podTemplate.resources within" if ctx.spec_resources else (
+            f"this pod asks for {FIXED_REQUESTS}: it must fit")
+        return [
+            f"{within} the namespace's LimitRange (`kubectl describe limitrange -n "
+            f"{ctx.namespace}` lists them), or have it changed"
+        ]
     if stall.reason == r.ADMISSION_REFUSED:
         return ["change what the message names, or ask the cluster's administrators"]
     out: list[str] = []
@@ -147,6 +183,6 @@ def fixes(stall: Stall, ctx: Context) -> list[str]:
 def explain(stall: Stall, job: str, what: str, ctx: Context) -> str:
     """The condition message: the Job, what holds its pod (quoted), and the fix."""
     head = f"Job {job} cannot start its {what} pod"
-    if stall.reason in (r.QUOTA_EXCEEDED, r.ADMISSION_REFUSED):
+    if stall.reason in (r.QUOTA_EXCEEDED, r.LIMIT_RANGE_EXCEEDED, r.ADMISSION_REFUSED):
         head = f"Job {job} cannot create its {what} pod"
     return f"{head}: {stall.said.rstrip('. ')}; " + "; ".join(fixes(stall, ctx))

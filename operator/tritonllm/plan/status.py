@@ -26,6 +26,7 @@ from .conditions import Cond, merge_conditions
 from .engine import EngineStep, is_cache_hit
 from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
+from .stalls import refusal_reason
 from .writes import Plan, rfc3339
 
 # While a build or a rollout is under way, look again this often even without a watch event.
@@ -36,7 +37,7 @@ BLOCKED_REQUEUE_SECONDS = 60
 # watched, so a pod that turns unschedulable or fails to pull announces itself to nobody.
 STALL_REQUEUE_SECONDS = 10
 # Reasons that need a human while they last (a pod refused by the API server), not only time.
-REFUSED: tuple[str, ...] = (r.QUOTA_EXCEEDED, r.ADMISSION_REFUSED)
+REFUSED: tuple[str, ...] = (r.QUOTA_EXCEEDED, r.LIMIT_RANGE_EXCEEDED, r.ADMISSION_REFUSED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +106,12 @@ def _degraded_if_refused(cond: Cond, fine: Cond) -> Cond:
 def pods_refused_summary(refused: str, progress: str) -> Summary:
     """The workload's controller cannot create serving pods: a quota, Pod Security or an
     admission webhook refuses them (their own words are quoted)."""
-    if "exceeded quota" in refused:
-        reason = r.QUOTA_EXCEEDED
-        fix = "lower podTemplate.resources or serving.replicas, or raise the quota"
-    else:
-        reason = r.ADMISSION_REFUSED
-        fix = "change what the message names, or ask the cluster's administrators"
+    reason = refusal_reason(refused)
+    fix = {
+        r.QUOTA_EXCEEDED: "lower podTemplate.resources or serving.replicas, or raise the quota",
+        r.LIMIT_RANGE_EXCEEDED: "keep podTemplate.resources within the namespace's LimitRange "
+        "(kubectl describe limitrange), or have it changed",
+    }.get(reason, "change what the message names, or ask the cluster's administrators")
     message = f"serving pods cannot be created: {refused}; {fix}"
     degraded = Cond(c.COND_DEGRADED, "True", reason, message)
     return Summary(degraded, Cond(c.COND_PROGRESSING, "True", reason, progress), reason)
@@ -121,9 +122,12 @@ def serving_failure_summary(failure: str, progress: str) -> Summary:
     (a group is recreated whole), which may not help; Degraded quotes why it stopped."""
     message = f"a serving container failed: {failure}; it is restarted (a multi-node group is "
     message += "recreated whole); if this repeats, fix what the message names"
-    degraded = Cond(c.COND_DEGRADED, "True", r.SERVING_POD_FAILED, message)
-    progressing = Cond(c.COND_PROGRESSING, "True", r.SERVING_POD_FAILED, progress)
-    return Summary(degraded, progressing, r.SERVING_POD_FAILED)
+    # `tritonllm launch` says this when the store's engine is not the one its build reported
+    # (tritonllm.runtime.verified.check_reported): no restart helps.
+    reason = r.ENGINE_TAMPERED if "engine digest mismatch" in failure else r.SERVING_POD_FAILED
+    degraded = Cond(c.COND_DEGRADED, "True", reason, message)
+    progressing = Cond(c.COND_PROGRESSING, "True", reason, progress)
+    return Summary(degraded, progressing, reason)
 
 
 def blocked_summary(blocked: Cond) -> Summary:

@@ -107,7 +107,8 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
     # The build Job takes one serving pod's GPUs; a download (llmapi) needs none.
     gpus = 0 if spec.runtime == "llmapi" else spec.topology.gpus_per_pod
     repo_files = repository_files(dep, e_dir, naming.tokenizer_dir(dep))
-    keyed = plans.keyed_plans(dep, key, repo_files)
+    digest = plans.EngineDigest.of(opts.engine_digest, opts.engine_fingerprints)
+    keyed = plans.keyed_plans(dep, key, repo_files, digest)
     repo_key = keyed.repository_key
     workload = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
     return Rendered(

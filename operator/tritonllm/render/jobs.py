@@ -16,6 +16,7 @@ world size, TensorRT-LLM version) before any serving pod starts.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any
@@ -226,6 +227,13 @@ def _repository_mounts(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str
     ]
 
 
+# The repository Job's pod copies files: small, fixed requests (named when a quota refuses it).
+REPOSITORY_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "256Mi"},
+}
+
+
 def repository_job(
     dep: TritonLLMDeployment, repo_key: str, repo_paths: list[str], opts: RenderOptions
 ) -> dict[str, Any]:
@@ -238,10 +246,7 @@ def repository_job(
         "image": opts.tools_image,
         "command": ["tritonllm", "build", "--plan", f"{c.PLAN_MOUNT}/{REPOSITORY_PLAN_KEY}"],
         "volumeMounts": _repository_mounts(dep, repo_key),
-        "resources": {
-            "requests": {"cpu": "100m", "memory": "128Mi"},
-            "limits": {"memory": "256Mi"},
-        },
+        "resources": copy.deepcopy(REPOSITORY_RESOURCES),
         "securityContext": {**container_security(dep), "readOnlyRootFilesystem": True},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -58,8 +58,11 @@ def engine_plan(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
     return plan
 
 
-def launch_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, Any]:
-    """launch.json: what `tritonllm launch` checks (the topology) and the exact command."""
+def launch_plan(
+    dep: TritonLLMDeployment, key: str, repo_dir: str, digest: EngineDigest | None = None
+) -> dict[str, Any]:
+    """launch.json: what `tritonllm launch` checks (the topology, the engine's digest when its
+    build reported one) and the exact command."""
     spec = dep.spec
     topology = spec.topology
     launch = launch_spec(topology, runtime=spec.runtime, model_repository=repo_dir)
@@ -69,6 +72,7 @@ def launch_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, 
         "runtime": spec.runtime,
         "engineKey": key,
         "engineDir": naming.engine_dir(key),
+        **({"engineDigest": digest.to_wire()} if digest and spec.runtime == "engine" else {}),
         "modelRepository": repo_dir,
         "trtllmVersion": str(dep.trtllm_version),
         **topology.to_wire(),
@@ -106,6 +110,24 @@ def repository_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[s
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineDigest:
+    """What the build reported about the engine it wrote (tritonllm.runtime.verified)."""
+
+    engine: str  # sha256:… of every file's name, size and sha256 (artifact.json's `files`)
+    fingerprints: str | None  # sha256:… of the files' size, mtime, ctime and inode
+
+    @staticmethod
+    def of(engine: str | None, fingerprints: str | None) -> EngineDigest | None:
+        return EngineDigest(engine, fingerprints) if engine else None
+
+    def to_wire(self) -> dict[str, str]:
+        out = {"engine": self.engine}
+        if self.fingerprints:
+            out["fingerprints"] = self.fingerprints
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class Keyed:
     """The plan ConfigMap's content, addressed by its hash."""
 
@@ -115,10 +137,14 @@ class Keyed:
     launch_plan: dict[str, Any]
 
 
-def keyed_plans(dep: TritonLLMDeployment, key: str, repo_files: dict[str, str]) -> Keyed:
-    """Render the plans once, hash everything, then fill in the repository directory."""
+def keyed_plans(
+    dep: TritonLLMDeployment, key: str, repo_files: dict[str, str],
+    digest: EngineDigest | None = None,
+) -> Keyed:
+    """Render the plans once, hash everything, then fill in the repository directory. A new
+    engine digest (an engine rebuilt under its key) is a new repository revision."""
     texts = {
-        LAUNCH_PLAN_KEY: _json(launch_plan(dep, key, REPOSITORY_SLOT)),
+        LAUNCH_PLAN_KEY: _json(launch_plan(dep, key, REPOSITORY_SLOT, digest)),
         REPOSITORY_PLAN_KEY: _json(repository_plan(dep, key, REPOSITORY_SLOT)),
     }
     repo_key = naming.repository_key({**repo_files, **texts})

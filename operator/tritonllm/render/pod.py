@@ -52,6 +52,10 @@ class RenderOptions:
     pod_monitors: bool = False
     # HAProxy image of the scale-to-zero activator (TRITONLLM_ACTIVATOR_IMAGE).
     activator_image: str = "docker.io/library/haproxy:3.2"
+    # The engine digests its build reported (the TritonLLMEngine's status.digest and
+    # fingerprintDigest): the launch plan carries them, serving pods refuse another engine.
+    engine_digest: str | None = None
+    engine_fingerprints: str | None = None
 
 
 def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:

@@ -57,7 +57,7 @@ from .common import (
     visible_gpus,
     write_json_atomic,
 )
-from .verified import fingerprints, verify_engine, write_marker
+from .verified import fingerprints, report_engine, verify_engine, write_marker
 
 ARTIFACT_SCHEMA = 2  # 2: `files`, the sha256 and size of every engine file
 # Model-directory files that must exist for a local (pvc://) source to count as present.
@@ -121,6 +121,10 @@ class Builder:
         verified = verify_engine(self.engine_dir, artifact, artifact_digest)
         if verified.stable is not None:  # hashed in full (an engine built before the marker)
             write_marker(self.engine_dir, artifact_digest, verified.stable, by="build")
+        # Not hashed: the marker showed the fingerprints unchanged since the hash.
+        stable = verified.stable if verified.hashed else fingerprints(
+            self.engine_dir, sorted(artifact.get("files") or {}))
+        report_engine(artifact, stable)
         log("build", "cached", key=self.key, engine=str(self.engine_dir),
             trtllmVersion=artifact.get("trtllmVersion"), message=verified.message)
         return True
@@ -338,13 +342,16 @@ class Builder:
         }
         write_json_atomic(self.engine_dir / ARTIFACT, artifact)
         _, artifact_digest = read_artifact(self.engine_dir)
-        if before == after and sorted(files) == names:
+        stable = before == after and sorted(files) == names
+        if stable:
             write_marker(self.engine_dir, artifact_digest, after, by="build")
         else:
             log("build", "warning", message="an engine file changed while it was hashed: no "
                 "verification marker, every serving pod hashes the engine in full")
+        report = report_engine(artifact, after if stable else None)
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
-            pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus)
+            pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus,
+            digest=report["engineDigest"])
 
 
 def _workers(argv: list[str]) -> int:

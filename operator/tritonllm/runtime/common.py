@@ -44,6 +44,7 @@ EXIT_MISMATCH = 14  # engine tp/pp (or world size) differs from the plan
 EXIT_VERSION = 15  # TensorRT-LLM version of the image differs from the plan's / the engine's
 EXIT_NOT_FOUND = 16  # a source directory, tool, engine or artifact is missing
 EXIT_TIMEOUT = 17  # waited too long (model repository, worker pods)
+EXIT_TAMPERED = 18  # the engine on the store is not the one its build reported (verified.py)
 
 # Names of failure classes, printed in the error line ("error=auth ...").
 EXIT_NAMES = {
@@ -57,6 +58,7 @@ EXIT_NAMES = {
     EXIT_VERSION: "version",
     EXIT_NOT_FOUND: "not-found",
     EXIT_TIMEOUT: "timeout",
+    EXIT_TAMPERED: "tampered",
 }
 
 TERMINATION_LOG = Path("/dev/termination-log")

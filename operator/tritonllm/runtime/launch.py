@@ -10,8 +10,10 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
   version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version); the
   serving pod also refuses an engine built on another GPU product than its own (nvidia-smi) and
   one whose files are not those artifact.json records (hashed in full unless the build's marker
-  for this artifact digest shows they have not changed: tritonllm.runtime.verified); the log
-  says which, and how long it took;
+  for this artifact digest shows they have not changed: tritonllm.runtime.verified); and, when
+  the plan carries the engine digest the build reported to the operator, an artifact.json that
+  is not the reported one (exit 18, "engine digest mismatch"); the log says which, and how long
+  it took;
 - the pod must see the GPUs it is supposed to have.
 
 Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) exactly as rendered, as a
@@ -61,7 +63,7 @@ from .common import (
     trtllm_version,
     version_check_skipped,
 )
-from .verified import verify_engine
+from .verified import check_reported, verify_anchored, verify_engine
 
 MODES = ("single", "leader", "worker")
 ENV_WAIT_TIMEOUT = "TRITONLLM_WAIT_TIMEOUT"
@@ -258,6 +260,10 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
             raise Failure(EXIT_NOT_FOUND, "TensorRT-LLM is not installed in this image")
     engine_dir = Path(plan["engineDir"])
     artifact, artifact_digest = read_artifact(engine_dir)
+    # The digest the build reported to the operator (None: an engine built before it was).
+    expected = plan.get("engineDigest")
+    if expected:
+        check_reported(engine_dir, artifact, expected)
     check_engine(
         engine_dir,
         topology,
@@ -267,7 +273,8 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
         artifact=artifact,
     )
     check_gpu_product(artifact)
-    verified = verify_engine(engine_dir, artifact, artifact_digest)
+    verified = (verify_anchored(engine_dir, artifact, artifact_digest, expected) if expected
+                else verify_engine(engine_dir, artifact, artifact_digest))
     log("launch", "verified", key=plan["engineKey"], files=verified.files,
         gib=round(verified.bytes / 2**30, 2), seconds=round(verified.seconds, 2),
         hashed=verified.hashed, digest=verified.digest, message=verified.message)

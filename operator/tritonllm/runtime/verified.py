@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from .common import (
+    EXIT_TAMPERED,
     STATE_DIR,
+    TERMINATION_LOG,
     Failure,
+    digest,
     engine_file_paths,
     read_json,
     verify_engine_files,
@@ -161,3 +165,84 @@ def write_marker(
             with contextlib.suppress(OSError):
                 os.unlink(old)
     return path
+
+
+# --- the digest anchored outside the store --------------------------------------------------
+#
+# artifact.json and the verification marker live on the store, so whoever can write the engine
+# directory can rewrite them with the files. The build therefore also reports two digests to
+# the operator, as its container's termination message (a pod cannot rewrite another pod's
+# status): the engine digest, over the name, size and sha256 of every file artifact.json lists,
+# and the fingerprint digest, over the files' fingerprints when they were hashed. The operator
+# records them in the TritonLLMEngine's status and renders them into the launch plan (a
+# ConfigMap); a serving pod refuses an artifact.json whose engine digest is not the reported
+# one, and skips the full hash only when the files' fingerprints give the reported digest (the
+# marker on the store is not consulted then).
+
+ENV_REPORT = "TRITONLLM_TERMINATION_LOG"  # where the report goes (the kubelet's default path)
+DIGEST_PREFIX = "sha256:"
+
+
+def engine_digest(artifact: dict[str, Any]) -> str:
+    """The digest of what artifact.json says the engine is: every file's name, size, sha256."""
+    return DIGEST_PREFIX + digest(artifact.get("files") or {})
+
+
+def fingerprint_digest(files: dict[str, Fingerprint]) -> str:
+    return DIGEST_PREFIX + digest(files)
+
+
+def report_engine(
+    artifact: dict[str, Any], files: dict[str, Fingerprint] | None
+) -> dict[str, str]:
+    """Leave the engine's digests as the build container's termination message (JSON, about
+    160 bytes: the kubelet keeps up to 4 KiB), for the operator to record. `files`: the
+    fingerprints the hash was made at (None when a file changed meanwhile: no fingerprint
+    digest, so every serving pod hashes in full)."""
+    report = {"engineDigest": engine_digest(artifact)}
+    if files is not None:
+        report["fingerprintDigest"] = fingerprint_digest(files)
+    path = Path(os.environ.get(ENV_REPORT) or TERMINATION_LOG)
+    if path.exists():
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(report, sort_keys=True) + "\n")
+    return report
+
+
+def check_reported(engine_dir: Path, artifact: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Refuse an artifact.json that is not the one the build reported to the operator
+    (`expected`: the launch plan's engineDigest)."""
+    found, want = engine_digest(artifact), str(expected.get("engine") or "")
+    if found != want:
+        raise Failure(
+            EXIT_TAMPERED,
+            f"engine digest mismatch: the engine in {engine_dir} is not the one its build "
+            f"reported to the operator (artifact.json lists files of digest {found[:23]}, the "
+            f"build reported {want[:23]}, recorded in TritonLLMEngine "
+            f"{artifact.get('engineKey')} status.digest): the store was changed after the "
+            "build; refusing to serve it; delete the TritonLLMEngine (kubectl delete tllme) and "
+            f"the directory {engine_dir}, so that the operator builds it again",
+        )
+
+
+def verify_anchored(
+    engine_dir: Path, artifact: dict[str, Any], artifact_digest: str, expected: dict[str, Any]
+) -> Verified:
+    """check_reported, then the files as verify_engine checks them, except that the full hash
+    is skipped only when the files' fingerprints give the digest the build reported (the
+    marker on the store is not consulted)."""
+    started = time.monotonic()
+    check_reported(engine_dir, artifact, expected)
+    recorded = artifact.get("files")
+    names = sorted(recorded) if isinstance(recorded, dict) else []
+    size = sum(v["size"] for v in (recorded or {}).values()
+               if isinstance(v, dict) and isinstance(v.get("size"), int))
+    now = _fingerprints_or_none(engine_dir, names)
+    same_files = set(engine_file_paths(engine_dir)) == set(names)
+    anchored = expected.get("fingerprints")
+    if same_files and now is not None and anchored and fingerprint_digest(now) == anchored:
+        return Verified(len(names), size, time.monotonic() - started, artifact_digest,
+                        hashed=False, why="fingerprints as the build reported them")
+    verify_engine_files(engine_dir, artifact)  # raises when a file differs
+    return Verified(len(names), size, time.monotonic() - started, artifact_digest, hashed=True,
+                    why="the files' fingerprints are not those the build reported")
