@@ -198,8 +198,6 @@ class Reconciler:
             await execute(self.kube, self.cache, body, None, decision, logger)
             self._record(body, decision.status)
             return decision.requeue_after
-        uid = body["metadata"].get("uid", "")
-        dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
         try:
             async with self._engine_guard(dep.namespace, key):

@@ -57,6 +57,7 @@ class EngineStep:
 
     status: TritonLLMEngineStatus
     condition: Cond  # EngineReady
+    cached: bool  # Ready and built for another deployment (is_cache_hit): reused, not built
 
     @property
     def ready(self) -> bool:
@@ -86,9 +87,9 @@ def engine_step(
     if record_exists and (status != old or obs.engine is None or p.create):
         p.engine_status = status.to_wire()
     stall = obs.build_stall if status.state == "Building" else None
-    return EngineStep(
-        status, _condition(dep, rendered, status, uid=uid, blocked=blocked, stall=stall)
-    )
+    cached = is_cache_hit(status, uid)
+    condition = _condition(dep, rendered, status, cached=cached, blocked=blocked, stall=stall)
+    return EngineStep(status, condition, cached)
 
 
 def _what(dep: TritonLLMDeployment) -> str:
@@ -197,14 +198,13 @@ def _condition(
     rendered: Rendered,
     status: TritonLLMEngineStatus,
     *,
-    uid: str,
+    cached: bool,
     blocked: bool,
     stall: Stall | None = None,
 ) -> Cond:
     """EngineReady from the engine's state (and, while it builds, from what holds its pod)."""
     key = rendered.engine_key
     if status.state == "Ready":
-        cached = is_cache_hit(status, uid)
         message = f"engine {key} at {rendered.engine_dir}"
         message += " (reused from the cache)" if cached else ""
         return Cond(

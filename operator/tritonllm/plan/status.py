@@ -23,7 +23,7 @@ from tritonllm.render import Rendered, naming
 
 from . import phases
 from .conditions import Cond, merge_conditions
-from .engine import EngineStep, is_cache_hit
+from .engine import EngineStep
 from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
 from .writes import Plan, rfc3339
@@ -166,15 +166,14 @@ def status_fields(
     obs: Observed,
 ) -> dict[str, Any]:
     """The status fields a valid deployment's reconcile decides (conditions aside)."""
-    par = dep.spec.engine.parallelism
-    uid = body["metadata"].get("uid", "")
+    par = dep.spec.topology
     current = EngineStatus(
         key=rendered.engine_key,
         path=rendered.engine_dir,
         trtllmVersion=str(dep.trtllm_version),
         tensorParallel=par.tensor,
         pipelineParallel=par.pipeline,
-        cached=engine.ready and is_cache_hit(engine.status, uid),
+        cached=engine.cached,
         buildJob=None if engine.ready else engine.status.buildJob,
     )
     fields: dict[str, Any] = {

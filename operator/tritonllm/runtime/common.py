@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tritonllm.api.topology import Topology
+from tritonllm.api.topology import Topology, world_size
 
 # --- exit codes (docs/in-pod.md lists them) --------------------------------------------------
 EXIT_OK = 0
@@ -407,7 +407,7 @@ class EngineMapping:
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp
+        return world_size(self.tp, self.pp)
 
 
 def engine_mapping(engine_dir: Path) -> EngineMapping:
@@ -553,8 +553,8 @@ def check_engine(
             EXIT_MISMATCH,
             f"the engine in {engine_dir} was built with tp={tp} pp={pp} but this {subject} is "
             f"for tp={topology.tensor} pp={topology.pipeline}: built for tp={tp} x pp={pp} = "
-            f"{tp * pp} ranks but this deployment runs world size {topology.world_size} (MPI "
-            "would abort with 'mpiSize == tp * pp')",
+            f"{world_size(tp, pp)} ranks but this deployment runs world size "
+            f"{topology.world_size} (MPI would abort with 'mpiSize == tp * pp')",
         )
     mapping = engine_mapping(engine_dir)
     if (mapping.tp, mapping.pp) != (tp, pp):
