@@ -46,6 +46,7 @@ from typing import Any
 from bench.triton_pipeline import PROMPT, drive, pct
 
 from tests.fake_trtllm import FakeImage, relocate, write_plan
+from tests.helpers import free_ports
 from tests.triton.stack import (
     GPU_STANDIN,
     STANDIN,
@@ -58,7 +59,6 @@ from tests.triton.stack import (
     cpus_allowed,
     ensure_install,
     example,
-    free_ports,
     launch_env,
     make_tokenizer,
     pyz_archive,

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tests.helpers import free_ports
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
 from tritonllm.render import render_all
@@ -272,14 +272,6 @@ def write_repository(dep: TritonLLMDeployment, root: Path, tokenizer: Path, *,
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     return root
-
-
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
-from tests.helpers import render_example
+from tests.helpers import free_port, render_example
 from tritonllm.render.mpi import ssh_key_pairs
 from tritonllm.runtime import build as build_module
 from tritonllm.runtime import common, launch, ssh, verified
@@ -373,12 +373,6 @@ def test_worker_says_when_the_image_has_no_sshd(
         ssh.find_sshd()
     assert exc.value.code == common.EXIT_NOT_FOUND
     assert "sshd not found in this image" in exc.value.message
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd installed")

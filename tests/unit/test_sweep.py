@@ -137,3 +137,9 @@ def test_the_run_module_parses_its_flags_like_the_run_verb() -> None:
                          capture_output=True, text=True, check=False, timeout=120)
     assert bad.returncode == 2 and "invalid choice: 'LOUD'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_shared_test_helpers_are_defined_once() -> None:
+    """Helpers that several tiers need live in tests/helpers.py, not in a copy per tier."""
+    copies = _hits(r"^def _?free_ports?\(", "tests")
+    assert [h.split(":")[0] for h in copies] == ["tests/helpers.py", "tests/helpers.py"]
