@@ -67,7 +67,7 @@ from tests.triton.stack import (
 )
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import render_all
-from tritonllm.runtime.common import product_label
+from tritonllm.runtime.probes import product_label
 
 EXAMPLE = "gpt2-medium"
 SPECIAL = ("<pad>", "<unk>", "</s>", "<s>")  # tests/triton/make_tokenizer.py

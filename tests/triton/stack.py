@@ -52,7 +52,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
 from tritonllm.render import render_all
 from tritonllm.runtime.build import ARTIFACT_SCHEMA
-from tritonllm.runtime.common import engine_checksums
+from tritonllm.runtime.engine_files import engine_checksums
 from tritonllm.runtime.pyz import build_pyz
 from tritonllm.triton.launch import TRITONSERVER, LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import render_repository
