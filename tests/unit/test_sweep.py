@@ -60,6 +60,8 @@ GONE = [
      r"(?i)\bissue #?[0-9]+(?![0-9]|\]\(http)", CODE_AND_DOCS),
     ("the image deleting what it copied", r"rm -rf", ("Dockerfile",)),
     ("ssh-keygen in the operator image", r"ssh-keygen", ("Dockerfile",)),
+    ("the reconcile's decision called a plan (plans are what pods execute)",
+     r"\bPlan\b", ("operator", "tests")),
     ("a uid copied onto the parsed deployment",
      r"model_copy\(update=\{\"uid\"", ("operator/tritonllm/handlers",)),
 ]
@@ -143,3 +145,13 @@ def test_shared_test_helpers_are_defined_once() -> None:
     """Helpers that several tiers need live in tests/helpers.py, not in a copy per tier."""
     copies = _hits(r"^def _?free_ports?\(", "tests")
     assert [h.split(":")[0] for h in copies] == ["tests/helpers.py", "tests/helpers.py"]
+
+
+def test_the_architecture_page_names_every_package_and_has_the_glossary() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    packages = sorted(p.name for p in OPERATOR.iterdir() if (p / "__init__.py").is_file())
+    assert [p for p in packages if f"`tritonllm.{p}`" not in text] == []
+    assert "`tritonllm_dev`" in text and "## Glossary" in text
+    runtime = sorted(p.stem for p in (OPERATOR / "runtime").glob("*.py") if p.stem != "__init__")
+    row = next(line for line in text.splitlines() if line.startswith("| `tritonllm.runtime` |"))
+    assert [m for m in runtime if m != "pyz" and f"`{m}`" not in row] == []

@@ -6,7 +6,7 @@ the current state from what the watches delivered (tritonllm.handlers.cache: no 
 it does not matter which event triggered it (level-based).
 
 When to look again without an event: every pass ends by scheduling the object's next reconcile
-(tritonllm.handlers.schedule), at the plan's `requeue_after` (a backoff running out, a build or
+(tritonllm.handlers.schedule), at the decision's `requeue_after` (a backoff running out, a build or
 rollout under way, a missing prerequisite) or else one resync period later; a failed pass is
 retried with a growing delay, capped at MAX_ERROR_REQUEUE_SECONDS (error_backoff_seconds). The
 pass that sees a deletion releases our finalizer; if that write fails, it is retried the same way
@@ -35,7 +35,7 @@ from tritonllm.plan.deletion import (
     plan_deletion,
 )
 from tritonllm.plan.engine import is_cache_hit, record_status
-from tritonllm.plan.reconcile import Observed, Plan, plan, plan_failed, plan_invalid
+from tritonllm.plan.reconcile import Decision, Observed, plan, plan_failed, plan_invalid
 from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_problems, validate
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
@@ -231,7 +231,7 @@ class Reconciler:
         key: str,
         now: dt.datetime,
         logger: Logger,
-    ) -> Plan:
+    ) -> Decision:
         uid = dep.metadata.uid or ""
         engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
         workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)

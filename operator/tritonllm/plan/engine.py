@@ -28,7 +28,7 @@ from .conditions import Cond
 from .observed import JobObs, Obj, Observed
 from .ownership import owner_uids
 from .stalls import Context, Stall, explain
-from .writes import Plan, parse_time, rfc3339, want
+from .writes import Decision, parse_time, rfc3339, want
 
 MAX_BUILD_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30
@@ -73,7 +73,13 @@ class EngineStep:
 
 
 def engine_step(
-    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, *, uid: str, blocked: bool
+    p: Decision,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    *,
+    uid: str,
+    blocked: bool,
 ) -> EngineStep:
     """Engine record and build Job decisions."""
     if obs.engine is None and not blocked:
@@ -97,7 +103,7 @@ def _what(dep: TritonLLMDeployment) -> str:
 
 
 def _advance(
-    p: Plan,
+    p: Decision,
     dep: TritonLLMDeployment,
     rendered: Rendered,
     obs: Observed,
@@ -141,7 +147,7 @@ def _advance(
     )
 
 
-def _add_owner(p: Plan, rendered: Rendered, obs: Observed, uid: str) -> None:
+def _add_owner(p: Decision, rendered: Rendered, obs: Observed, uid: str) -> None:
     """Every deployment waiting for a build owns its Job and plan (not as their controller):
     deleting the one that started it must not garbage-collect a build others still wait for.
     The garbage collector drops the reference of a deployment that goes."""
@@ -156,7 +162,7 @@ def _add_owner(p: Plan, rendered: Rendered, obs: Observed, uid: str) -> None:
 
 
 def _failed(
-    p: Plan, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
+    p: Decision, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
 ) -> TritonLLMEngineStatus:
     """A failed build Job: count it once, then back off, retry or give up."""
     last = status.lastFailure

@@ -12,7 +12,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import Rendered, autoscaling, naming
 
 from .observed import Observed
-from .writes import Plan
+from .writes import Decision
 
 
 def optional_refs(dep: TritonLLMDeployment) -> list[tuple[str, str, str]]:
@@ -34,7 +34,11 @@ def optional_refs(dep: TritonLLMDeployment) -> list[tuple[str, str, str]]:
 
 
 def collect_garbage(
-    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, served_repo: str | None
+    p: Decision,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    served_repo: str | None,
 ) -> None:
     wanted = {o.ref for o in rendered.objects}
     for api_version, kind, name in optional_refs(dep):

@@ -26,7 +26,7 @@ from .conditions import Cond, merge_conditions
 from .engine import EngineStep
 from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
-from .writes import Plan, rfc3339
+from .writes import Decision, rfc3339
 
 # While a build or a rollout is under way, look again this often even without a watch event.
 PROGRESS_REQUEUE_SECONDS = 30
@@ -133,7 +133,7 @@ def blocked_summary(blocked: Cond) -> Summary:
 
 
 def requeue_for(
-    p: Plan, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs, obs: Observed
+    p: Decision, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs, obs: Observed
 ) -> None:
     """Safety net while work is under way (the watch events usually come first); sooner while
     a Job's pod has not started (nothing announces why it does not)."""
@@ -212,13 +212,13 @@ def phase_fields(
 
 def finish(
     body: Obj,
-    p: Plan,
+    p: Decision,
     conds: list[Cond],
     obs: Observed,
     *,
     fields: dict[str, Any],
     keep_others: bool = False,
-) -> Plan:
+) -> Decision:
     """Merge conditions, build the status, and keep it only if something changed."""
     old = body.get("status") or {}
     generation = int(body["metadata"].get("generation") or 0)

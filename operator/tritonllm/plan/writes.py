@@ -1,4 +1,4 @@
-"""Plan: what one reconcile decided to write. The steps of the planner fill it in order."""
+"""Decision: what one reconcile decided to write. The steps of the planner fill it in order."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .observed import Observed
 
 
 @dataclasses.dataclass
-class Plan:
+class Decision:
     """What to do now."""
 
     apply: list[Manifest] = dataclasses.field(default_factory=list)
@@ -45,7 +45,7 @@ class Plan:
             self.requeue_after = seconds
 
 
-def want(p: Plan, obs: Observed, obj: Manifest) -> None:
+def want(p: Decision, obs: Observed, obj: Manifest) -> None:
     """Apply `obj` unless the live copy already carries its hash."""
     if live_hash(obs.live.get(obj.ref)) != obj.spec_hash:
         p.apply.append(obj.stamped())
