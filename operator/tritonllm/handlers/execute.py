@@ -19,8 +19,7 @@ from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.ownership import conflict_message, is_ours
-from tritonllm.plan.reconcile import Decision
+from tritonllm.plan import Decision, conflict_message, is_ours
 from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs

@@ -20,18 +20,19 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
-from tritonllm.plan.gc import optional_refs
-from tritonllm.plan.observed import (
+from tritonllm.plan import (
     Observed,
+    PodTimes,
+    Stall,
+    is_ours,
     job_failed,
     job_finished,
     job_running,
+    job_stall,
+    optional_refs,
     serving_failure,
     unschedulable_message,
 )
-from tritonllm.plan.ownership import is_ours
-from tritonllm.plan.phases import PodTimes
-from tritonllm.plan.stalls import Stall, job_stall
 from tritonllm.render import Rendered, naming
 
 from .cache import SCALED_OBJECTS_CRD, Cache, project_secret

@@ -28,14 +28,19 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.deletion import (
+from tritonllm.plan import (
     FINALIZER,
     UNSAFE_ENGINE_KEY,
+    Decision,
+    Observed,
     engine_to_forget,
+    is_cache_hit,
+    plan,
     plan_deletion,
+    plan_failed,
+    plan_invalid,
+    record_status,
 )
-from tritonllm.plan.engine import is_cache_hit, record_status
-from tritonllm.plan.reconcile import Decision, Observed, plan, plan_failed, plan_invalid
 from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_problems, validate
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
