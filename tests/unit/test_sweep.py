@@ -64,6 +64,8 @@ GONE = [
      r"\bPlan\b", ("operator", "tests")),
     ("the handlers reaching into the planner's modules (they import tritonllm.plan)",
      r"from tritonllm\.plan\.", ("operator/tritonllm/handlers", "operator/tritonllm/cli")),
+    ("object references and events as bare tuples (ObjectRef, EventNote)",
+     r"(delete|add_owner|events)\.append\(\(|^\s+\(\"Warning\", ", ("operator",)),
     ("a uid copied onto the parsed deployment",
      r"model_copy\(update=\{\"uid\"", ("operator/tritonllm/handlers",)),
 ]

@@ -21,12 +21,14 @@ from .ownership import conflict_message, is_ours
 from .phases import PodTimes
 from .reconcile import plan, plan_failed, plan_invalid
 from .stalls import Stall, job_stall
-from .writes import Decision
+from .writes import Decision, EventNote, ObjectRef
 
 __all__ = [
     "FINALIZER",
     "UNSAFE_ENGINE_KEY",
     "Decision",
+    "EventNote",
+    "ObjectRef",
     "Observed",
     "PodTimes",
     "Stall",

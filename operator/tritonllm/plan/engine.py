@@ -28,7 +28,7 @@ from .conditions import Cond
 from .observed import JobObs, Obj, Observed
 from .ownership import owner_uids
 from .stalls import Context, Stall, explain
-from .writes import Decision, parse_time, rfc3339, want
+from .writes import Decision, ObjectRef, parse_time, rfc3339, want
 
 MAX_BUILD_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30
@@ -158,7 +158,7 @@ def _add_owner(p: Decision, rendered: Rendered, obs: Observed, uid: str) -> None
         (rendered.build_job, obs.build_job),
     ):
         if live is not None and uid not in owner_uids(live):
-            p.add_owner.append((obj.api_version, obj.kind, obj.name))
+            p.add_owner.append(ObjectRef(obj.api_version, obj.kind, obj.name))
 
 
 def _failed(
@@ -187,7 +187,7 @@ def _failed(
         wait = backoff_seconds(attempts) - (obs.now - failed_at).total_seconds()
         if wait <= 0:
             # Retry: remove the failed Job; the next reconcile (soon) creates a fresh one.
-            p.delete.append(("batch/v1", "Job", name))
+            p.delete.append(ObjectRef("batch/v1", "Job", name))
             p.requeue(MIN_REQUEUE_SECONDS)
             message = f"retrying the {what} (attempt {attempts + 1})"
         else:

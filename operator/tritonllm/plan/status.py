@@ -26,7 +26,7 @@ from .conditions import Cond, merge_conditions
 from .engine import EngineStep
 from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
-from .writes import Decision, rfc3339
+from .writes import Decision, EventNote, rfc3339
 
 # While a build or a rollout is under way, look again this often even without a watch event.
 PROGRESS_REQUEUE_SECONDS = 30
@@ -266,9 +266,9 @@ def ready_condition(conds: list[Cond]) -> Cond:
     return Cond(c.COND_READY, "True", r.DEPLOYED, progressing.message)
 
 
-def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of the Event for each flip; the first "not yet" is not news."""
-    events = []
+def events_for(flips: list[tuple[Cond, str | None]]) -> list[EventNote]:
+    """The Event for each flip; the first "not yet" is not news."""
+    events: list[EventNote] = []
     for cond, prev in flips:
         if cond.type == c.COND_READY:  # a summary: the condition that flipped with it is the news
             continue
@@ -280,19 +280,19 @@ def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str
             and cond.reason != r.WAITING_FOR_ENGINE
         )
         message = cond.message or f"{cond.type} is {cond.status}"
-        events.append(("Warning" if bad else "Normal", cond.reason, message))
+        events.append(EventNote("Warning" if bad else "Normal", cond.reason, message))
     return events
 
 
 def stall_events(
     old: list[dict[str, Any]], new: list[Cond], flips: list[tuple[Cond, str | None]]
-) -> list[tuple[str, str, str]]:
+) -> list[EventNote]:
     """A Warning Event when a Job's pod is found stuck (EngineReady or RepositoryReady changes its
     reason to one of r.POD_STALLS): the condition stays False, so no flip would announce it."""
     flipped = {cond.type for cond, _ in flips}
     before = {x["type"]: x.get("reason") for x in old}
     return [
-        ("Warning", cond.reason, cond.message)
+        EventNote("Warning", cond.reason, cond.message)
         for cond in new
         if cond.type in (c.COND_ENGINE_READY, c.COND_REPOSITORY_READY)
         and cond.reason in r.POD_STALLS
