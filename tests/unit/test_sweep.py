@@ -115,11 +115,11 @@ def test_the_world_size_is_computed_in_one_place() -> None:
 
 def test_the_cache_hit_is_decided_by_one_function_called_once_per_phase() -> None:
     """plan.engine.is_cache_hit decides it: once in the engine step (its EngineStep.cached is
-    what the condition and the status say) and once where the reconciler renders (pods start
-    faster on a cached engine); nothing else calls it or repeats its test."""
+    what the condition and the status say) and once in the read phase, for the render options
+    (pods start faster on a cached engine); nothing else calls it or repeats its test."""
     calls = _hits(r"\bis_cache_hit\(", "operator")
     assert sorted(h.split(":")[0] for h in calls) == [
-        "operator/tritonllm/handlers/reconciler.py",
+        "operator/tritonllm/handlers/observe.py",
         "operator/tritonllm/plan/engine.py",
         "operator/tritonllm/plan/engine.py",  # its definition
     ]

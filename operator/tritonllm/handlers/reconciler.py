@@ -34,7 +34,6 @@ from tritonllm.plan import (
     Decision,
     Observed,
     engine_to_forget,
-    is_cache_hit,
     plan,
     plan_deletion,
     plan_failed,
@@ -45,10 +44,10 @@ from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_p
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
-from .cache import POD_MONITORS_CRD, Cache
+from .cache import Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
-from .observe import PodChecks, SecretChecks, observe
+from .observe import PodChecks, SecretChecks, observe, read_before_render
 from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -237,24 +236,14 @@ class Reconciler:
         now: dt.datetime,
         logger: Logger,
     ) -> Decision:
-        uid = dep.metadata.uid or ""
-        engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
-        workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
-        opts = RenderOptions(
-            tools_image=self.settings.tools_image,
-            prometheus_url=self.settings.prometheus_url,
-            activator_image=self.settings.activator_image,
-            pod_monitors=self.cache.serves(POD_MONITORS_CRD),
-            engine_cached=is_cache_hit(record_status(engine), uid),
-            observed_replicas=handover_replicas(dep, workload),
-        )
-        rendered = render_all(dep, opts)
+        before = read_before_render(self.cache, self.settings, dep, key)
+        rendered = render_all(dep, before.opts)
         too_big = rendered_problems(rendered)
         if too_big:
             raise InvalidDeployment(too_big)
         obs = await observe(
-            self.kube, self.cache, self.settings, dep, rendered,
-            engine=engine, workload=workload, now=now, pods=self._pods, secrets=self._secrets,
+            self.kube, self.cache, self.settings, dep, rendered, before,
+            now=now, pods=self._pods, secrets=self._secrets,
         )
         decision = plan(body, dep, rendered, obs)
         if decision.status is not None:
@@ -320,14 +309,3 @@ class Reconciler:
         elif key:
             logger.info("engine %s kept: other deployments use it", key)
         await self.kube.set_finalizers(body, finalizers)
-
-
-def handover_replicas(dep: TritonLLMDeployment, workload: dict[str, Any] | None) -> int | None:
-    """The live replica count to keep in the workload's apply, while autoscaling and until the
-    autoscaler has written it once: server-side apply would otherwise drop a field only the
-    operator owned, and the count would fall back to 1. After that the apply leaves replicas
-    out, so the operator never writes a count an autoscaler owns."""
-    spec = (workload or {}).get("spec") or {}
-    if dep.spec.autoscaling is None or not spec.get("replicasOnlyOurs"):
-        return None
-    return int(spec["replicas"])
