@@ -97,11 +97,12 @@ def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
                         "--timeout=240s", timeout=270)
         stack = AutoscalingStack(cluster, recording_rules=RULES / "recording-rules.yaml",
                                  adapter_rules=RULES / "adapter-rules.yaml")
-        with stack:
-            settings = {"TRITONLLM_PROMETHEUS_URL": stack.prometheus_url,
-                        "TRITONLLM_ACTIVATOR_IMAGE": refs["activator"]}
-            with run_operator(cluster, ns, tmp, tools_image=refs["operator"],
-                              env=settings) as op:
+        settings = {"TRITONLLM_PROMETHEUS_URL": stack.prometheus_url,
+                    "TRITONLLM_ACTIVATOR_IMAGE": refs["activator"]}
+        with run_operator(cluster, ns, tmp, tools_image=refs["operator"], env=settings) as op:
+            # Prometheus scrapes the operator too (the dashboard's operator panels).
+            stack.operator_metrics = [f"127.0.0.1:{op.metrics_port}"]
+            with stack:
                 yield Env(cluster, ns, stack, op, refs)
 
 
@@ -169,6 +170,30 @@ def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(env: 
     assert env.replica_writes() == 0
     assert c.FIELD_MANAGER not in env.replica_managers("deployment", name)
     print(f"[measure] operator replica writes during autoscaling: {env.replica_writes():.0f}")
+
+
+def test_every_dashboard_panel_returns_data_from_the_real_prometheus(env: Env) -> None:
+    """The chart's Grafana dashboard: each panel's query, run against this Prometheus (which
+    scrapes the operator and the serving pods, with the chart's recording rules), returns
+    series. Runs after the HPA test, whose deployment served load and went through every phase.
+    """
+    dashboard = json.loads((RULES / "dashboard.json").read_text())
+    queries = {p["title"]: t["expr"] for p in dashboard["panels"] for t in p["targets"]}
+    assert len(queries) >= 8
+    empty: dict[str, str] = {}
+
+    def all_answer() -> bool:
+        empty.clear()
+        empty.update({title: q for title, q in queries.items() if not env.stack.query(q)})
+        return not empty
+
+    try:
+        wait_for(all_answer, timeout=90, interval=3, what="every dashboard panel has data")
+    except Exception as exc:
+        raise AssertionError(f"panels without data: {empty}\n{env.diagnose()}") from exc
+    phases = env.stack.query(queries["Lifecycle phases: mean seconds per phase"])
+    print("\n[measure] dashboard phases: " + ", ".join(
+        f"{r['metric']['phase']} {float(r['value'][1]):.1f} s" for r in phases))
 
 
 def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:

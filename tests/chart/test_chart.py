@@ -198,7 +198,7 @@ OPERATOR_VERBS = {
     "podmonitors": {"get", "list", "watch", "create", "patch", "delete"},
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
     "secrets": {"get", "create"},
-    "pods": {"list"},
+    "pods": {"list", "watch"},  # serving pods watched for failures and phase times
     "events": {"create", "list"},
 }
 

@@ -125,6 +125,18 @@ def _first_answer(cluster: LocalCluster, ns: str, name: str, op: Operator | None
     return cr, out
 
 
+def _timeline(cluster: LocalCluster, ns: str, name: str) -> list[dict[str, Any]]:
+    """status.phases once every phase has ended (the last one ends when the pod is Ready,
+    which the operator may record a moment after the first answer)."""
+    def ended() -> list[dict[str, Any]] | None:
+        status = get_cr(cluster, ns, name).get("status") or {}
+        phases = status.get("phases") or []
+        done = phases and all(p.get("end") for p in phases) and not status.get("phase")
+        return list(phases) if done and phases[-1]["name"] == "ModelLoad" else None
+
+    return list(wait_for(ended, timeout=60, interval=1, what=f"{name}'s phases all ended"))
+
+
 def _pods(cluster: LocalCluster, ns: str, component: str) -> list[dict[str, Any]]:
     return list(cluster.kubectl_json(
         "get", "pods", "-n", ns, "-l", f"app.kubernetes.io/component={component}")["items"])
@@ -219,6 +231,14 @@ def test_cpu_standin_example_serves_on_real_containers(
         print(f"\n[measure] cpu-standin cold (engine build): apply -> first answer {cold:.1f} s")
         diag = _diagnose(cluster, ns, op)
         assert out["model_name"] == "ensemble" and out["text_output"] == EXPECTED_4, out
+
+        # Where the time went, phase by phase, from the objects' own timestamps.
+        timeline = _timeline(cluster, ns, "cpu-standin")
+        print("[measure] cpu-standin cold phases: " + ", ".join(
+            f"{p['name']} {p['seconds']:.0f} s" for p in timeline))
+        assert [p["name"] for p in timeline] == ["EngineBuild", "RepositoryWrite",
+                                                 "WaitingForGpus", "PodStart", "ModelLoad"]
+        assert all(p["seconds"] >= 0 and p["source"] for p in timeline), timeline
 
         # The build ran for real on real-0 and wrote its engine onto the local-path claim.
         key = cr["status"]["engine"]["key"]

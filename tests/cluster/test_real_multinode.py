@@ -252,20 +252,24 @@ def test_the_rendered_network_policy_is_enforced_between_real_pods(env: Env) -> 
     assert not inside[f"{wip}:2222"], inside
 
 
-def test_a_lost_worker_recreates_the_group_and_it_answers_again(env: Env) -> None:
-    leader, workers = leader_and_worker(env, NAME)
-    old = {leader["metadata"]["uid"], workers[0]["metadata"]["uid"]}
-    start = time.monotonic()
-    env.kubectl("delete", "pod", workers[0]["metadata"]["name"], "--wait=false")
-
+def wait_new_group(env: Env, name: str, old: set[str]) -> None:
+    """Until a group of pods none of which is in `old` (uids) answers."""
     def recovered() -> bool:
-        uids = {p["metadata"]["uid"] for p in env.group_pods(NAME)}
-        return len(uids) == 2 and not uids & old and env.answer(NAME) == EXPECTED_4
+        uids = {p["metadata"]["uid"] for p in env.group_pods(name)}
+        return len(uids) == 2 and not uids & old and env.answer(name) == EXPECTED_4
 
     try:
         wait_for(recovered, timeout=240, interval=0.5, what="a new group answers")
     except Exception as exc:
         raise AssertionError(f"{exc}\n{env.diagnose()}") from exc
+
+
+def test_a_lost_worker_recreates_the_group_and_it_answers_again(env: Env) -> None:
+    leader, workers = leader_and_worker(env, NAME)
+    old = {leader["metadata"]["uid"], workers[0]["metadata"]["uid"]}
+    start = time.monotonic()
+    env.kubectl("delete", "pod", workers[0]["metadata"]["name"], "--wait=false")
+    wait_new_group(env, NAME, old)
     took = time.monotonic() - start
     print(f"\n[measure] multi-node: worker deleted -> new group answers {took:.1f} s")
     events = env.kubectl("get", "events", "--field-selector", "reason=RecreateGroup",
@@ -291,15 +295,7 @@ def test_a_killed_rank_restarts_the_group_instead_of_serving_without_it(env: Env
             "        os.kill(int(p), signal.SIGKILL)\n")
     env.kubectl("exec", workers[0]["metadata"]["name"], "-c", "triton", "--", "python3", "-c",
                 kill)
-
-    def recovered() -> bool:
-        uids = {p["metadata"]["uid"] for p in env.group_pods(NAME)}
-        return len(uids) == 2 and not uids & old and env.answer(NAME) == EXPECTED_4
-
-    try:
-        wait_for(recovered, timeout=240, interval=0.5, what="a new group answers")
-    except Exception as exc:
-        raise AssertionError(f"{exc}\n{env.diagnose()}") from exc
+    wait_new_group(env, NAME, old)
     took = time.monotonic() - start
     print(f"\n[measure] multi-node: rank killed -> new group answers {took:.1f} s")
     # The leader's mpirun exited non-zero when the rank died; the operator said so.

@@ -20,6 +20,11 @@ wheel and the few Python packages python3 lacks there). World size = the GPUs it
    at each concurrency, GPU memory per process; with --on gpu,cpu the same again with the
    stand-in on the CPU (gloo), to show what the stand-in itself measures.
 
+With --pods 2 (tests/gpu/pods.py), step 3 is the multi-node launch of a LeaderWorkerSet group:
+leader and worker `tritonllm launch` each in its own network namespace of this host, mpirun over
+SSH between them, world/2 ranks and GPUs per pod; the checks add the group's start (login check,
+hostfile, rank map), each rank in its pod, and the group's drain.
+
 Prints one `check ok|FAIL <name>: <detail>` line per check and writes figures.json to --out;
 exits 1 when a check failed.
 """
@@ -36,6 +41,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
@@ -46,6 +52,8 @@ from typing import Any
 from bench.triton_pipeline import PROMPT, drive, pct
 
 from tests.fake_trtllm import FakeImage, relocate, write_plan
+from tests.gpu import pods
+from tests.gpu.pods import PodsStack
 from tests.helpers import free_ports
 from tests.triton.stack import (
     GPU_STANDIN,
@@ -57,6 +65,7 @@ from tests.triton.stack import (
     carried_install,
     cmdline,
     cpus_allowed,
+    descendants,
     ensure_install,
     example,
     launch_env,
@@ -510,13 +519,20 @@ def sampling(server: Server, every: float = 0.5) -> Iterator[list[list[Sample]]]
         thread.join()
 
 
-def memory_per_process(stack: Stack, gpus: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
-    ranks = ranks_of(stack)
-    roles = {pid: f"rank{r} tritonserver" for r, pid in enumerate(ranks.tritonserver)}
-    for r in range(len(ranks.tritonserver)):
-        for pid in ranks.stub_pids(r):
-            model = Path(cmdline(pid)[1]).parent.parent.name if cmdline(pid)[1:] else "?"
-            roles[pid] = f"rank{r} stub {model}"
+def memory_per_process(stack: Stack | PodsStack,
+                       gpus: list[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    if isinstance(stack, PodsStack):
+        servers = {r: pid for r, (pid, _) in stack.servers().items()}
+    else:
+        servers = dict(enumerate(ranks_of(stack).tritonserver))
+    roles = {}
+    for r, pid in servers.items():
+        roles[pid] = f"rank{r} tritonserver"
+        for stub in descendants(pid):
+            argv = cmdline(stub)
+            if argv[:1] and argv[0].endswith("triton_python_backend_stub"):
+                model = Path(argv[1]).parent.parent.name if argv[1:] else "?"
+                roles[stub] = f"rank{r} stub {model}"
     index = {uuid: i for i, _, uuid in gpus}
     return [{"gpu": index.get(uuid), "process": roles.get(pid, str(pid)), "mib": mib}
             for pid, mib, uuid in compute_apps("\n".join(smi(
@@ -607,18 +623,19 @@ def run_bench(stack: Stack, tag: str, args: argparse.Namespace, report: dict[str
           [(level["concurrency"], level["errors"]) for level in result["levels"]])
 
 
-def serve(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenizer: Path,
-          pyz: Path, gpus_env: OnGpus, tag: str, world: int, vocab: dict[str, int],
-          gpus: list[tuple[int, str, str]], idle: dict[str, float], args: argparse.Namespace,
-          report: dict[str, Any], check: Checks) -> None:
-    """One stack: launch, checks, figures, memory; then SIGTERM and its exit code."""
-    with run_stack(install, dep, root, tokenizer, pyz, gpus=gpus_env) as stack:
+def serve(started: contextlib.AbstractContextManager[Any], dep: TritonLLMDeployment, tag: str,
+          vocab: dict[str, int], gpus: list[tuple[int, str, str]], idle: dict[str, float],
+          args: argparse.Namespace, report: dict[str, Any], check: Checks,
+          placed: Callable[[Any], None] | None) -> Any:
+    """One stack (a pod, or a group of pods): launch, `placed` (the placement checks), answers,
+    figures, memory; then SIGTERM and the launcher's exit code. Returns the stopped stack."""
+    with started as stack:
         stack.plan["decoupled"] = dep.spec.serving.streaming
         say(f"launch to ready: {stack.ready_seconds:.1f}s")
         say("argv:", " ".join(stack.plan["argv"]))
         report["ready_seconds"][tag] = round(stack.ready_seconds, 1)
-        if tag.startswith("gpu"):
-            check.guarded(f"[{tag}] placement", placement, stack, world, check)
+        if placed is not None:
+            check.guarded(f"[{tag}] placement", placed, stack)
         check.guarded(f"[{tag}] answers", answers, stack, vocab, check, tag)
         levels = [int(x) for x in args.concurrency.split(",")]
         measured = check.guarded(f"[{tag}] figures", figures, stack, tag, levels,
@@ -635,6 +652,98 @@ def serve(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenize
             say(f"[{tag}] GPU memory: GPU {row['gpu']} {row['process']}: {row['mib']} MiB")
     stopped = stack.launch.returncode
     check(f"[{tag}] SIGTERM drains and launch exits 0", stopped == 0, f"exit {stopped}")
+    return stack
+
+
+# --- two pods (--pods 2) -------------------------------------------------------------------------
+
+
+def group_placement(stack: PodsStack, per_pod: int, uuids: dict[int, str] | None,
+                    check: Checks, tag: str) -> None:
+    """The group's start in the leader's log, every rank a tritonserver in its own pod (network
+    namespace, pod user), the stand-in's ranks on their pods' hosts and GPUs."""
+    log = stack.log.read_text(errors="replace")
+    for name, problems in pods.group_problems(log, stack.group, per_pod).items():
+        check(f"[{tag}] {name}", not problems, problems or {
+            "login": [e for e in pods.launch_events(log, "worker-ready")],
+            "hostfile": [e.get("hosts") for e in pods.launch_events(log, "hostfile")],
+            "rank map": pods.display_map(log)}[name])
+    servers = stack.servers()
+    expected = {r: stack.group.pods[r // per_pod].name for r in range(stack.spec.world_size)}
+    check(f"[{tag}] every rank a tritonserver in its own pod's network namespace, as the pod "
+          f"user (UID {stack.uid})",
+          {r: pod for r, (_, pod) in servers.items()} == expected
+          and all(pods.uid_of(pid) == stack.uid for pid, _ in servers.values()),
+          {r: (pid, pod, pods.uid_of(pid)) for r, (pid, pod) in servers.items()})
+    lines = parse_standin_lines(log)
+    for line in lines:
+        say("rank:", line)
+    shared = len({d for pod in stack.group.pods for d in pod.devices}) < stack.spec.world_size
+    problems = pods.pod_placement_problems(lines, stack.group, per_pod, uuids, shared=shared)
+    what = "rank r on its pod's host" + (", on cuda:<local rank> = its pod's own GPU"
+                                         if uuids is not None else "")
+    what += " (the pods share the GPUs)" if shared and uuids is not None else ""
+    check(f"[{tag}] {what}", not problems,
+          problems or [(line["rank"], line.get("host"), line.get("uuid")) for line in lines])
+    if uuids is not None:
+        apps = compute_apps("\n".join(smi("--query-compute-apps=pid,used_memory,gpu_uuid",
+                                          "--format=csv,noheader,nounits")))
+        on = {int(line["pid"]): sorted(u for p, _, u in apps if p == int(line["pid"]))
+              for line in lines}
+        check(f"[{tag}] each rank's stand-in process holds memory on its own GPU only",
+              all(on[int(line["pid"])] == [line.get("uuid")] for line in lines), on)
+
+
+def serve_group(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenizer: Path,
+                pyz: Path, on: OnGpus, tag: str, group: pods.Group, keys: Path,
+                vocab: dict[str, int], gpus: list[tuple[int, str, str]],
+                idle: dict[str, float], args: argparse.Namespace, report: dict[str, Any],
+                check: Checks) -> None:
+    """The group's stack in two pods; after the leader's SIGTERM, the worker's."""
+    per_pod = dep.spec.world_size // len(group.pods)
+    uuids = {i: uuid for i, _, uuid in gpus} if tag.startswith("gpu") else None
+    started = pods.run_pods(install, dep, root, tokenizer, pyz, group, keys, on=on, env={},
+                            homes=args.work / "pods", uid=args.pod_uid)
+    stack = serve(started, dep, tag, vocab, gpus, idle, args, report, check,
+                  lambda s: group_placement(s, per_pod, uuids, check, tag))
+    if stack is None:
+        return
+    log = stack.log.read_text(errors="replace")
+    check(f"[{tag}] the leader ended the group after its ranks drained",
+          any(e.get("ended") == "group" for e in pods.launch_events(log, "drain")),
+          pods.launch_events(log, "drain"))
+    check(f"[{tag}] the worker's launch exits 0 on SIGTERM (sshd stopped)",
+          stack.worker.returncode == 0, f"exit {stack.worker.returncode}")
+    left = [(pid, argv[-1]) for pid, argv in pods.tritonservers()
+            if any(pods.netns_inode(pid) == pods.named_netns_inode(p.netns)
+                   for p in group.pods)]
+    check(f"[{tag}] no rank left in either pod", not left, left)
+
+
+def host_tools(carry: Path, work: Path) -> None:
+    """OpenSSH's ssh and sshd and iproute2's ip, carried (scripts/gpu-check prepare) for a GPU
+    host that has none: unpacked and put first on PATH, for this process and the pods."""
+    packed = carry / "host-tools.tar.xz"
+    if not packed.exists():
+        return
+    with tarfile.open(packed) as tar:
+        tar.extractall(work / "host-tools", filter="tar")
+    os.environ["PATH"] = f"{work / 'host-tools' / 'bin'}:{os.environ['PATH']}"
+    say(f"host tools: {sorted(p.name for p in (work / 'host-tools' / 'bin').iterdir())}")
+
+
+def mpi_keys(carry: Path, work: Path) -> Path:
+    """The deployment's MPI SSH keys as the operator generates them (tritonllm.render.mpi):
+    carried (prepare made them, with `cryptography`), else made here."""
+    if (carry / "mpi-ssh").is_dir():
+        return carry / "mpi-ssh"
+    from tritonllm.render.mpi import ssh_key_pairs
+
+    keys = work / "mpi-ssh-keys"
+    keys.mkdir(parents=True, exist_ok=True)
+    for name, text in ssh_key_pairs().items():
+        (keys / name).write_text(text)
+    return keys
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -660,18 +769,33 @@ def main() -> int:
                     help="one stack each, comma-separated: gpu or cpu (where the stand-in "
                     "computes; cpu: gloo), +stream (serving.streaming: decoupled), +nopool "
                     "(no CUDA memory pool in tritonserver); e.g. gpu,cpu,gpu+stream")
+    ap.add_argument("--pods", type=int, default=1, choices=(1, 2),
+                    help="2: the multi-node launch of a LeaderWorkerSet group, leader and worker "
+                    "each in a network namespace of this host, world/2 ranks (and GPUs) each; "
+                    "needs root")
+    ap.add_argument("--pod-uid", type=int, default=pods.POD_UID,
+                    help="the pods' user (runAsUser); 0 only where the files are root-only")
+    ap.add_argument("--share-gpus", action="store_true",
+                    help="--pods on a host with fewer GPUs than ranks: the pods share them "
+                    "(NCCL between the pods over their network; NOT one rank per GPU)")
     args = ap.parse_args()
     check = Checks()
     report: dict[str, Any] = {"note": "stand-in figures (a tensor-parallel toy), NOT TensorRT-LLM"}
     report["facts"] = facts()
     gpus = gpus_listed()
     world = args.tp or len(gpus)
+    if world % args.pods:
+        ap.error(f"world size {world} does not split over {args.pods} pods")
     label = product_label(gpus[0][1])
+    # A multi-node CR: perNode = the ranks (GPUs) of one pod of the group.
+    args.gpu_spec = {"product": label} | ({"perNode": world // args.pods} if args.pods > 1 else {})
     dep = example(EXAMPLE, engine={"parallelism": {"tensor": world, "pipeline": 1}},
-                  serving={"streaming": True, "bls": True}, gpu={"product": label})
+                  serving={"streaming": True, "bls": True}, gpu=args.gpu_spec)
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.pods > 1:
+        host_tools(args.carry, args.work)  # before the environments copy PATH
     wheels = sorted(args.carry.glob("nvidia_pytriton-*"))
     install = (carried_install(wheels[0], args.work / "pytriton", Path(sys.executable),
                                sorted(args.carry.glob("models/*.whl")))
@@ -687,41 +811,22 @@ def main() -> int:
     meta = args.work / "build" / "trtllm-metadata"
     base_env = {"PYTHONPATH": os.pathsep.join([str(meta), os.environ.get("PYTHONPATH", "")])}
 
-    say("\n== launch refusals")
-    refusals(dep, args.work / "refusals", pyz, engine, OnGpus(engine, base_env), install, check)
-
-    idle = idle_memory()
-    report["figures"] = []
-    report["metrics"] = {}
-    report["ready_seconds"] = {}
-    report["memory"] = {}
-    for tag in args.on.split(","):
-        device, *flags = tag.split("+")
-        say(f"\n== launch (world size {world}, stand-in on {device}, {flags or 'plain'})")
-        env = {**base_env, "TRITONLLM_STANDIN_RENDEZVOUS": f"127.0.0.1:{free_ports(1)[0]}"}
-        if device == "cpu":
-            env["TRITONLLM_STANDIN_DEVICE"] = "cpu"
-        # nopool: no CUDA memory pool in tritonserver (test-only extra arguments).
-        extra = tuple(f"--cuda-memory-pool-byte-size={i}:0" for i, _, _ in gpus) \
-            if "nopool" in flags else ()
-        on = OnGpus(engine, env, {"model.py": STANDIN} if args.echo_standin else GPU_STANDIN,
-                    extra)
-        variant = example(EXAMPLE, engine={"parallelism": {"tensor": world, "pipeline": 1}},
-                          serving={"streaming": "stream" in flags, "bls": True},
-                          gpu={"product": label})
-        root = args.work / f"stack-{tag.replace('+', '-')}"
-        try:
-            check.guarded(f"[{tag}] launch, checks and figures", serve, install, variant, root,
-                          tokenizer, pyz, on, tag, world, vocab, gpus, idle, args, report,
-                          check)
-        finally:
-            log = root / "launch.log"
-            if log.exists():
-                shutil.copy(log, args.out / f"launch-{tag.replace('+', '-')}.log")
-                for line in log.read_text(errors="replace").splitlines():
-                    if re.search(r"failed to load|Fatal Python|Traceback|error:|File \"|"
-                                 r"tritonllm-standin |event=(exec|exit|gpu|engine)", line):
-                        say(f"[{tag}] log: {line[:300]}")
+    if args.pods == 1:
+        say("\n== launch refusals")
+        refusals(dep, args.work / "refusals", pyz, engine, OnGpus(engine, base_env), install,
+                 check)
+    report.update(figures=[], metrics={}, ready_seconds={}, memory={})
+    group = pods.make_group(EXAMPLE, args.pods, world // args.pods,
+                            wrap=len(gpus) if args.share_gpus else None) \
+        if args.pods > 1 else None
+    if group is None:
+        stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
+               check)
+    else:
+        with pods.pod_network(group, args.work / "pods", args.pod_uid):
+            say(f"\n== two pods: {[(p.name, p.address, p.visible) for p in group.pods]}")
+            stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
+                   check, group, mpi_keys(args.carry, args.work))
 
     say("\n== figures (stand-in figures, NOT TensorRT-LLM)")
     for device, seconds in report["ready_seconds"].items():
@@ -735,6 +840,62 @@ def main() -> int:
     for name in check.failed:
         say(f"  failed: {name}")
     return 1 if check.failed else 0
+
+
+def stacks(install: TritonInstall, world: int, engine: Path, base_env: dict[str, str],
+           tokenizer: Path, pyz: Path, vocab: dict[str, int], gpus: list[tuple[int, str, str]],
+           args: argparse.Namespace, report: dict[str, Any], check: Checks,
+           group: pods.Group | None = None, keys: Path | None = None) -> None:
+    """One stack per --on entry, in one pod or (`group`) in the group's pods."""
+    idle = idle_memory()
+    for tag in args.on.split(","):
+        device, *flags = tag.split("+")
+        where = f"{len(group.pods)} pods" if group else "one pod"
+        say(f"\n== launch (world size {world} in {where}, stand-in on {device}, "
+            f"{flags or 'plain'})")
+        env = {**base_env, "TRITONLLM_STANDIN_RENDEZVOUS": f"127.0.0.1:{free_ports(1)[0]}"}
+        if device == "cpu":
+            env["TRITONLLM_STANDIN_DEVICE"] = "cpu"
+        elif world > len(gpus) and not args.share_gpus:
+            check(f"[{tag}] world size {world} on {len(gpus)} GPU(s)", False,
+                  "one rank per GPU: only the cpu stack runs more ranks than GPUs")
+            continue
+        # nopool: no CUDA memory pool in tritonserver (test-only extra arguments).
+        extra = tuple(f"--cuda-memory-pool-byte-size={i}:0" for i, _, _ in gpus) \
+            if "nopool" in flags else ()
+        on = OnGpus(engine, env, {"model.py": STANDIN} if args.echo_standin else GPU_STANDIN,
+                    extra)
+        variant = example(EXAMPLE, engine={"parallelism": {"tensor": world, "pipeline": 1}},
+                          serving={"streaming": "stream" in flags, "bls": True},
+                          gpu=args.gpu_spec)
+        name = tag.replace("+", "-") + ("-pods" if group else "")
+        root = args.work / f"stack-{name}"
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            if group is None:
+                started = run_stack(install, variant, root, tokenizer, pyz, gpus=on)
+                placed = (lambda s: placement(s, world, check)) if device == "gpu" else None
+                check.guarded(f"[{tag}] launch, checks and figures", serve, started, variant,
+                              tag, vocab, gpus, idle, args, report, check, placed)
+            else:
+                assert keys is not None
+                check.guarded(f"[{tag}] group launch, checks and figures", serve_group, install,
+                              variant, root, tokenizer, pyz, on, tag, group, keys, vocab, gpus,
+                              idle, args, report, check)
+        finally:
+            keep_logs(root, name, tag, args.out)
+
+
+def keep_logs(root: Path, name: str, tag: str, out: Path) -> None:
+    """The launch logs (every pod's) to --out; their telling lines to stdout."""
+    for log in sorted(root.glob("*.log")):
+        target = f"launch-{name}.log" if log.name == "launch.log" else f"{name}-{log.name}"
+        shutil.copy(log, out / target)
+        for line in log.read_text(errors="replace").splitlines():
+            if re.search(r"failed to load|Fatal Python|Traceback|error:|File \"|"
+                         r"tritonllm-standin |Data for node|Process rank|"
+                         r"event=(exec|exit|gpu|engine|worker-ready|hostfile|drain|sshd)", line):
+                say(f"[{tag}] {log.stem}: {line[:300]}")
 
 
 def idle_memory() -> dict[str, float]:

@@ -404,6 +404,22 @@ def _stop(proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
         proc.wait()
 
 
+def stack_repository(dep: TritonLLMDeployment, plan: dict[str, Any], root: Path,
+                     tokenizer: Path, gpus: OnGpus | None) -> tuple[Path, Path]:
+    """The model repository (with the stand-in) and the engine directory of a stack."""
+    assert plan["runtime"] == "engine", plan
+    if gpus is None:
+        repo = write_repository(dep, root / "models", tokenizer)
+        return repo, write_fake_engine(plan, root / "engine")
+    repo = write_repository(dep, root / "models", tokenizer, standin=gpus.standin,
+                            engine_dir=str(gpus.engine_dir))
+    if gpus.faulthandler:
+        for model in repo.glob("*/1/model.py"):
+            model.write_text(model.read_text() + "\n\nimport faulthandler  # noqa: E402\n"
+                             "faulthandler.enable(all_threads=True)\n")
+    return repo, gpus.engine_dir
+
+
 @contextlib.contextmanager
 def run_stack(install: TritonInstall, dep: TritonLLMDeployment, root: Path, tokenizer: Path,
               pyz: Path, *, token_delay: float = 0.0, gpus: OnGpus | None = None
@@ -411,19 +427,8 @@ def run_stack(install: TritonInstall, dep: TritonLLMDeployment, root: Path, toke
     """Render, then run `python -S tritonllm.pyz launch --mode single` until ready; stop it
     with SIGTERM on exit (unless the caller already ended it)."""
     plan: dict[str, Any] = render_all(dep).launch_plan
-    assert plan["runtime"] == "engine", plan
     assert gpus is not None or plan["worldSize"] == WORLD_SIZE, plan
-    if gpus is None:
-        repo = write_repository(dep, root / "models", tokenizer)
-        engine = write_fake_engine(plan, root / "engine")
-    else:
-        engine = gpus.engine_dir
-        repo = write_repository(dep, root / "models", tokenizer, standin=gpus.standin,
-                                engine_dir=str(engine))
-        if gpus.faulthandler:
-            for model in repo.glob("*/1/model.py"):
-                model.write_text(model.read_text() + "\n\nimport faulthandler  # noqa: E402\n"
-                                 "faulthandler.enable(all_threads=True)\n")
+    repo, engine = stack_repository(dep, plan, root, tokenizer, gpus)
     http, grpc, metrics = free_ports(3)
     spec = adapted_spec(plan, install, repo, (http, grpc, metrics), gpus=gpus is not None)
     if gpus is not None and gpus.extra_args:

@@ -1,6 +1,8 @@
 """The pure parts of the GPU recipe (tests/gpu/check.py; it runs on GPU machines only): metrics
-parsing, the stand-in's placement lines, nvidia-smi output, expected texts, the figure table; and
-the package view that the recipe's models environment gets (stack._CLOSURE)."""
+parsing, the stand-in's placement lines, nvidia-smi output, expected texts, the figure table; the
+package view that the recipe's models environment gets (stack._CLOSURE); and the two-pod mode's
+names, pod network commands, pod files, argv and the group's start read from the leader's log
+(tests/gpu/pods.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.gpu import pods
 from tests.gpu.check import (
     Checks,
     by_label,
@@ -21,6 +24,7 @@ from tests.gpu.check import (
     words,
 )
 from tests.triton.stack import _CLOSURE
+from tritonllm.runtime import ssh
 
 # As Triton 2.51 exported them on the H200 machine (2026-11-23), trimmed.
 METRICS = """\
@@ -126,3 +130,109 @@ def test_models_view_holds_the_required_closure_without_numpy() -> None:
     assert any(n.startswith("rapidjson") for n in names)  # python-rapidjson, a required dep
     assert not [n for n in names if n.startswith("numpy")]
     assert "grpc" not in names  # tritonclient's grpc extra is optional: not followed
+
+
+# --- two pods (tests/gpu/pods.py) ----------------------------------------------------------------
+
+
+def test_group_names_addresses_and_gpus_follow_leaderworkerset() -> None:
+    group = pods.make_group("gpt2-medium", 2, 2, tag="7")
+    leader, worker = group.pods
+    assert (leader.name, leader.fqdn, leader.address, leader.visible) == (
+        "gpt2-medium-0", "gpt2-medium-0.gpt2-medium-0.gpu-check", "10.213.7.2", "0,1")
+    assert (worker.name, worker.fqdn, worker.address, worker.visible) == (
+        "gpt2-medium-0-1", "gpt2-medium-0-1.gpt2-medium-0.gpu-check", "10.213.7.3", "2,3")
+    # the leader's launch derives the worker's name from what LWS injects, as in a pod
+    env = pods.pod_env({"PATH": "/bin", "LWS_NAME": "stale", "OMPI_MCA_plm": "isolated"},
+                       group, worker, "/home/w")
+    assert ssh.worker_hosts(env, 2) == [worker.fqdn]
+    assert env["CUDA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"] == "2,3"
+    assert "OMPI_MCA_plm" not in env and "LWS_NAME" not in env and env["PATH"] == "/bin"
+    assert (env["LWS_GROUP_SIZE"], env["LWS_WORKER_INDEX"], env["HOME"]) == ("2", "1", "/home/w")
+    shared = pods.make_group("m", 2, 1, wrap=1)
+    assert [p.devices for p in shared.pods] == [(0,), (0,)]
+    assert max(len(p.veth + "p") for p in group.pods) <= 15  # Linux interface names
+    assert len(group.bridge) <= 15
+
+
+def test_pod_network_commands_build_and_remove_a_bridge_with_a_veth_per_pod() -> None:
+    group = pods.make_group("m", 2, 1, tag="3")
+    up = [" ".join(cmd) for cmd in pods.up_commands(group)]
+    assert up[:3] == ["ip link add tgc3br type bridge", "ip addr add 10.213.7.1/24 dev tgc3br",
+                      "ip link set tgc3br up"]
+    assert "ip link add tgc3v1 type veth peer name tgc3v1p" in up
+    assert "ip -n tllm-gc3-1 link set tgc3v1p name eth0" in up
+    assert "ip -n tllm-gc3-1 addr add 10.213.7.3/24 dev eth0" in up
+    assert "ip -n tllm-gc3-1 route add default via 10.213.7.1" in up
+    assert "ip link set tgc3v1 master tgc3br" in up
+    assert up.index("ip netns add tllm-gc3-1") < up.index("ip link set tgc3v1p netns tllm-gc3-1")
+    assert [" ".join(cmd) for cmd in pods.down_commands(group)] == [
+        "ip netns del tllm-gc3-0", "ip netns del tllm-gc3-1", "ip link del tgc3br"]
+
+
+def test_pod_files_and_argv() -> None:
+    group = pods.make_group("m", 2, 1)
+    hosts = pods.hosts_file(group)
+    assert "10.213.7.2\tm-0.m-0.gpu-check m-0\n" in hosts
+    assert "10.213.7.3\tm-0-1.m-0.gpu-check m-0-1\n" in hosts
+    passwd = pods.passwd_file("root:x:0:0:root:/root:/bin/bash\nubuntu:x:1000:1000::/home/u:/bin/"
+                              "bash\n", 1000, "/tmp/h")
+    assert passwd.splitlines() == ["root:x:0:0:root:/root:/bin/bash",
+                                   "triton-server:x:1000:1000::/tmp/h:/bin/sh"]
+    argv = pods.pod_argv(group.leader, ["python3", "-S", "x.pyz"], mpi_workdir="/tmp/mpi")
+    assert argv[:6] == ["ip", "netns", "exec", "tllm-gc0-0", "unshare", "--uts"]
+    assert argv[-7:] == ["pod", "m-0", "1000", "/tmp/mpi", "python3", "-S", "x.pyz"]
+    script = argv[argv.index("-c") + 1]
+    assert "--reuid=\"$uid\"" in script and "--bounding-set=-all" in script
+    assert "--no-new-privs" in script and "tmpfs" in script
+
+
+def test_the_group_start_is_read_from_the_leaders_log() -> None:
+    group = pods.make_group("m", 2, 1)
+    log = "\n".join([
+        "2026-11-25T08:48:07Z tritonllm launch event=waiting what=workers hosts=\"[\\\"m-0-1."
+        "m-0.gpu-check\\\"]\" port=2222",
+        "2026-11-25T08:48:07Z tritonllm launch event=worker-ready host=m-0-1.m-0.gpu-check "
+        "address=10.213.7.3",
+        "2026-11-25T08:48:07Z tritonllm launch event=hostfile path=/tmp/tritonllm-mpi/hostfile "
+        "hosts=\"[\\\"m-0\\\", \\\"10.213.7.3\\\"]\" slots=1",
+        " Data for node: m-0\tNum slots: 1\tMax slots: 0\tNum procs: 1",
+        " \tProcess OMPI jobid: [48791,1] App: 0 Process rank: 0 Bound: N/A",
+        " Data for node: 10.213.7.3\tNum slots: 1\tMax slots: 0\tNum procs: 1",
+        " \tProcess OMPI jobid: [48791,1] App: 1 Process rank: 1 Bound: N/A",
+    ])
+    assert pods.display_map(log) == {0: "m-0", 1: "10.213.7.3"}
+    assert pods.group_problems(log, group, 1) == {"login": [], "hostfile": [], "rank map": []}
+    assert pods.rank_hosts(pods.make_group("m", 2, 2), 2) == {
+        0: "m-0", 1: "m-0", 2: "10.213.7.3", 3: "10.213.7.3"}
+    wrong = log.replace("address=10.213.7.3", "address=10.213.7.9").replace(
+        "Process rank: 1", "Process rank: 2")
+    problems = pods.group_problems(wrong, group, 1)
+    assert problems["login"] == ["m-0-1.m-0.gpu-check: logged in at 10.213.7.9, expected "
+                                 "10.213.7.3"]
+    assert problems["rank map"] == ["rank map {0: 'm-0', 2: '10.213.7.3'}, expected "
+                                    "{0: 'm-0', 1: '10.213.7.3'}"]
+    assert pods.group_problems(log, group, 2)["hostfile"]  # slots=1 where 2 ranks per pod
+
+
+def test_pod_placement_rank_on_its_pods_host_and_own_gpu() -> None:
+    group = pods.make_group("m", 2, 1)
+    uuids = {0: GPU0, 1: GPU1}
+
+    def line(rank: int, host: str, uuid: str, device: str = "cuda:0") -> str:
+        return (f"[1,{rank}]<stderr>:tritonllm-standin rank={rank} local_rank=0 world=2 "
+                f"device={device} pid={100 + rank} host={host} uuid={uuid}")
+
+    good = parse_standin_lines("\n".join([line(0, "m-0", GPU0), line(1, "m-0-1", GPU1)]))
+    assert pods.pod_placement_problems(good, group, 1, uuids) == []
+    swapped = parse_standin_lines("\n".join([line(0, "m-0-1", GPU0), line(1, "m-0-1", GPU0)]))
+    assert pods.pod_placement_problems(swapped, group, 1, uuids) == [
+        "rank 0 ran on host m-0-1, expected m-0",
+        f"ranks 0 and 1 share GPU {GPU0}",
+        f"rank 1 runs on {GPU0}, not on GPU 1 of m-0-1 ({GPU1})"]
+    shared = pods.make_group("m", 2, 1, wrap=1)
+    same = parse_standin_lines("\n".join([line(0, "m-0", GPU0), line(1, "m-0-1", GPU0)]))
+    assert pods.pod_placement_problems(same, shared, 1, uuids, shared=True) == []
+    cpu = [{"rank": "0", "local_rank": "0", "host": "m-0"}]
+    assert pods.pod_placement_problems(cpu, group, 1, None) == [
+        "stand-in ranks [0], expected 0..1"]

@@ -146,12 +146,16 @@ class World:
     def cond(self, type_: str) -> dict[str, Any]:
         return next(x for x in self.body["status"]["conditions"] if x["type"] == type_)
 
-    def bring_up(self) -> None:
+    def through_jobs(self) -> None:
+        """Build and repository Jobs done, the workload applied (not ready yet)."""
         self.step()
         self.finish_job(self.render.build_job["metadata"]["name"])
         self.step()
         self.finish_job(self.render.repository_job["metadata"]["name"], uid="repo")
         self.step()
+
+    def bring_up(self) -> None:
+        self.through_jobs()
         self.make_ready()
         self.step()
 
@@ -523,11 +527,7 @@ def test_a_failed_serving_container_is_named_with_its_termination_message() -> N
 
 def test_a_failed_serving_container_degrades_the_rollout_until_it_is_ready() -> None:
     w = World(serving_failure=serving_failure(_failed_leader()))
-    w.step()
-    w.finish_job(w.render.build_job["metadata"]["name"])
-    w.step()
-    w.finish_job(w.render.repository_job["metadata"]["name"], uid="repo")
-    w.step()
+    w.through_jobs()
     w.step()
     degraded, progressing = w.cond(c.COND_DEGRADED), w.cond(c.COND_PROGRESSING)
     assert (degraded["status"], degraded["reason"]) == ("True", "ServingPodFailed")

@@ -101,10 +101,12 @@ def test_multi_node_argv_is_complete_hosts_and_ssh_agent_included() -> None:
     argv = plan["argv"]
     ssh = MpiSsh()
     assert argv[3:5] == ["--bind-to", "none"]  # no rank pinned to one core
-    assert argv[5:13] == [
+    assert argv[5:17] == [
         "--hostfile", ssh.hostfile,
+        "--mca", "plm", "rsh",  # over an image's OMPI_MCA_plm=isolated
         "--mca", "plm_rsh_agent", rsh_agent(ssh),
         "--mca", "plm_rsh_no_tree_spawn", "1",
+        "--display-map",  # which pod runs which rank, in the leader's log
     ]
     assert ranks(argv) == 16
     assert plan["ssh"] == {"port": c.MPI_SSH_PORT, "keyDir": c.MPI_SSH_MOUNT,

@@ -107,6 +107,12 @@ def project_job(obj: Mapping[str, Any]) -> Obj:
         status["succeeded"] = st["succeeded"]
     if st.get("ready"):  # a running pod: nothing to ask about why it does not start
         status["ready"] = st["ready"]
+    # The phase it times (plan.phases), read once its pod runs or it completed: those events
+    # reconcile anyway, so the times cost no extra pass.
+    if st.get("ready") or st.get("completionTime"):
+        for stamp in ("startTime", "completionTime"):
+            if st.get(stamp):
+                status[stamp] = st[stamp]
     return {"metadata": _meta(obj, "labels"), "status": status}
 
 

@@ -142,7 +142,12 @@ def mpirun_argv(spec: LaunchSpec, *, mpirun: str = MPIRUN) -> list[str]:
     # backend's threads and the pre/postprocessing Python stubs of rank 0 would share one core.
     argv = [mpirun, "--allow-run-as-root", "--tag-output", "--bind-to", "none"]
     if spec.ssh is not None:
-        argv += ["--hostfile", spec.ssh.hostfile, "--mca", "plm_rsh_agent", rsh_agent(spec.ssh)]
+        # `--mca plm rsh`: the SSH launcher, whatever the image says. NGC's GPU images set
+        # OMPI_MCA_plm=isolated (single node), with which mpirun refuses every other host of
+        # the hostfile ("All nodes which are allocated for this job are already filled"); a
+        # command-line setting takes precedence over the environment.
+        argv += ["--hostfile", spec.ssh.hostfile, "--mca", "plm", "rsh",
+                 "--mca", "plm_rsh_agent", rsh_agent(spec.ssh)]
         argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
         # The map of ranks to hosts (pods) in the leader's log before the ranks start: which
         # pod runs which rank is the first question when a group misbehaves.

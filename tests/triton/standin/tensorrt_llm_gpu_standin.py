@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 import faulthandler
 import os
+import socket
 import sys
 import threading
 import time
@@ -93,7 +94,7 @@ class Toy:
 
     def describe(self) -> str:
         fields = {"rank": self.rank, "local_rank": self.local_rank, "world": self.world,
-                  "device": str(self.device), "pid": os.getpid(),
+                  "device": str(self.device), "pid": os.getpid(), "host": socket.gethostname(),
                   "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
         if self.device.type == "cuda":
             props = torch.cuda.get_device_properties(self.device)
