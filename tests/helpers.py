@@ -16,8 +16,13 @@ from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
 from tritonllm.render import Rendered, render_all
 
 
-def example(name: str) -> TritonLLMDeployment:
-    return parse_deployment(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()))
+def example(name: str, **overrides: Any) -> TritonLLMDeployment:
+    """examples/<name>.yaml parsed, with spec overrides merged in (one level deep)."""
+    body = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
+    for key, value in overrides.items():
+        current = body["spec"].get(key)
+        body["spec"][key] = {**current, **value} if isinstance(current, dict) else value
+    return parse_deployment(body)
 
 
 def render_example(name: str) -> Rendered:

@@ -54,7 +54,7 @@ from bench.triton_pipeline import PROMPT, drive, pct
 from tests.fake_trtllm import FakeImage, relocate, write_plan
 from tests.gpu import pods
 from tests.gpu.pods import PodsStack
-from tests.helpers import free_ports
+from tests.helpers import example, free_ports
 from tests.triton.stack import (
     GPU_STANDIN,
     STANDIN,
@@ -67,7 +67,6 @@ from tests.triton.stack import (
     cpus_allowed,
     descendants,
     ensure_install,
-    example,
     launch_env,
     make_tokenizer,
     pyz_archive,

@@ -43,13 +43,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.helpers import free_ports
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
+from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import render_all
 from tritonllm.runtime.build import ARTIFACT_SCHEMA
 from tritonllm.runtime.engine_files import engine_checksums
@@ -235,15 +234,6 @@ def make_tokenizer(install: TritonInstall, out: Path) -> Path:
     subprocess.run([str(install.python), str(HERE / "make_tokenizer.py"), str(out)],
                    check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     return out
-
-
-def example(name: str, **overrides: Any) -> TritonLLMDeployment:
-    """An example CR with spec overrides merged in (one level deep)."""
-    body = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
-    for key, value in overrides.items():
-        current = body["spec"].get(key)
-        body["spec"][key] = {**current, **value} if isinstance(current, dict) else value
-    return parse_deployment(body)
 
 
 def standin_config(rendered: str) -> str:
