@@ -1,6 +1,7 @@
 """Scale benchmark: N small deployments through the operator, against the API server's own limit.
 
     .venv/bin/python -m bench.scale_bench --n 100 [--n 1000] [--cluster NAME] [--json FILE]
+        [--peer nim [--nim-binary PATH]]
 
 Figures, not pass/fail (docs/performance.md has the results and how to read them). For each N, on
 one local cluster with kwok GPU nodes, in the same run:
@@ -14,11 +15,15 @@ one local cluster with kwok GPU nodes, in the same run:
 2. **Operator.** `tritonllm run` on a fresh namespace whose engine is already in the cache
    (a Ready TritonLLMEngine); N TritonLLMDeployments are applied the same way.
 
-For both: per deployment, apply -> all children created and -> Ready (p50/p95/max, from watch
-events), and the operator/raw ratio. For the operator also: reconcile latency p50/p95 (its own
+3. **Peer** (`--peer nim`): NVIDIA's NIM operator, built by bench/build_nim_operator.sh and run
+   on the host, reconciling N equivalent NIMServices in a third namespace (bench/nim_peer.py).
+
+For each: per deployment, apply -> all children created and -> Ready (p50/p95/max, from watch
+events), and the ratio to the raw limit. For the operator also: reconcile latency p50/p95 (its own
 histogram), API requests per reconcile by verb while converging and in the steady state (its own
 counters), writes per steady-state reconcile, and its resident memory idle, at its peak, and with
-N deployments.
+N deployments; for the peer, the same from controller-runtime's metrics (API requests by HTTP
+method, reconciles of its NIMService controller).
 """
 
 from __future__ import annotations
@@ -35,15 +40,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import watch
-from tests.cluster.operator_harness import Operator, prepare_namespace, run_operator
+from tests.cluster.operator_harness import prepare_namespace, run_operator
 
+from bench import nim_peer
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.api.settings import OperatorSettings
@@ -68,10 +74,10 @@ def small(name: str, namespace: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
 
 
-def bench_nodes(n: int) -> list[NodeSpec]:
-    """GPU nodes for 2n single-GPU serving pods (raw and operator side by side), CPU nodes for
-    the repository Job pods."""
-    gpu_nodes = max(1, -(-2 * n // 64))
+def bench_nodes(n: int, sides: int = 2) -> list[NodeSpec]:
+    """GPU nodes for `sides` x n single-GPU serving pods (raw, operator and peer side by side),
+    CPU nodes for the repository Job pods."""
+    gpu_nodes = max(1, -(-sides * n // 64))
     big = {"cpu": "1024", "memory": "64Ti", "pods": "250"}  # room for 64 pods of 8 CPUs
     return [
         *(NodeSpec(f"bench-gpu-{i}", gpus=64, product=H100, **big) for i in range(gpu_nodes)),
@@ -86,6 +92,7 @@ def bench_nodes(n: int) -> list[NodeSpec]:
 class Timeline:
     created: dict[tuple[str, str], float] = field(default_factory=dict)  # (kind, name) -> t
     ready: dict[str, float] = field(default_factory=dict)  # deployment name -> t
+    workload_ready: dict[str, float] = field(default_factory=dict)  # its Deployment ready
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def seen(self, kind: str, name: str) -> None:
@@ -95,6 +102,10 @@ class Timeline:
     def became_ready(self, name: str) -> None:
         with self.lock:
             self.ready.setdefault(name, time.monotonic())
+
+    def workload_became_ready(self, name: str) -> None:
+        with self.lock:
+            self.workload_ready.setdefault(name, time.monotonic())
 
 
 def _stream(api: Any, fn: str, namespace: str, stop: threading.Event, on: Any,
@@ -124,19 +135,23 @@ def _stream(api: Any, fn: str, namespace: str, stop: threading.Event, on: Any,
             w.stop()
 
 
-def start_watches(api_client: Any, namespace: str, timeline: Timeline, *, operator: bool,
+def start_watches(api_client: Any, namespace: str, timeline: Timeline, *, side: str,
                   stop: threading.Event) -> list[threading.Thread]:
+    """Watch what `side` ("raw", "operator" or "nim") creates; Ready is the Deployment's ready
+    replica for the raw side, the custom resource's condition for the operator and the peer."""
     core, batch, apps = k8s.CoreV1Api(api_client), k8s.BatchV1Api(api_client), k8s.AppsV1Api(
         api_client)
-    custom = k8s.CustomObjectsApi(api_client)
+    custom, rbac = k8s.CustomObjectsApi(api_client), k8s.RbacAuthorizationV1Api(api_client)
 
     def named(kind: str) -> Any:
         return lambda o: timeline.seen(kind, o["metadata"]["name"])
 
     def workload(o: dict[str, Any]) -> None:
         timeline.seen("Deployment", o["metadata"]["name"])
-        if not operator and ((o.get("status") or {}).get("readyReplicas") or 0) >= 1:
-            timeline.became_ready(o["metadata"]["name"])
+        if ((o.get("status") or {}).get("readyReplicas") or 0) >= 1:
+            timeline.workload_became_ready(o["metadata"]["name"])
+            if side == "raw":
+                timeline.became_ready(o["metadata"]["name"])
 
     def cr(o: dict[str, Any]) -> None:
         for cond in (o.get("status") or {}).get("conditions") or []:
@@ -144,13 +159,26 @@ def start_watches(api_client: Any, namespace: str, timeline: Timeline, *, operat
                     c.COND_PROGRESSING, "False", "Deployed"):
                 timeline.became_ready(o["metadata"]["name"])
 
+    def nim(o: dict[str, Any]) -> None:
+        if nim_peer.is_ready(o):
+            timeline.became_ready(o["metadata"]["name"])
+
     streams = [
-        (core, "list_namespaced_config_map", named("ConfigMap"), {}),
         (core, "list_namespaced_service", named("Service"), {}),
-        (batch, "list_namespaced_job", named("Job"), {}),
         (apps, "list_namespaced_deployment", workload, {}),
     ]
-    if operator:
+    if side == "nim":
+        streams += [
+            (core, "list_namespaced_service_account", named("ServiceAccount"), {}),
+            (rbac, "list_namespaced_role", named("Role"), {}),
+            (rbac, "list_namespaced_role_binding", named("RoleBinding"), {}),
+            (custom, "list_namespaced_custom_object", nim,
+             {"group": nim_peer.GROUP, "version": nim_peer.VERSION, "plural": nim_peer.PLURAL}),
+        ]
+    else:
+        streams += [(core, "list_namespaced_config_map", named("ConfigMap"), {}),
+                    (batch, "list_namespaced_job", named("Job"), {})]
+    if side == "operator":
         streams.append((custom, "list_namespaced_custom_object", cr,
                         {"group": c.GROUP, "version": c.VERSION, "plural": c.PLURAL}))
     threads = []
@@ -231,28 +259,58 @@ async def apply_all(kubeconfig: Path, batches: dict[str, list[Manifest]]) -> dic
 # --- the operator's own metrics -----------------------------------------------------------------
 
 
-def metric_samples(op: Operator, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+def metric_samples(text: str, name: str, **only: str
+                   ) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of metric `name` in a Prometheus text exposition, by their labels; only those
+    whose labels include `only`."""
     out = {}
-    for line in op.metrics().splitlines():
+    for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
             labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0])))
-            out[labels] = float(line.rsplit(" ", 1)[1])
+            if all(dict(labels).get(k) == v for k, v in only.items()):
+                out[labels] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Where an operator counts its API requests and reconciles."""
+
+    calls: str  # counter of API requests
+    call_labels: tuple[str, str]  # its two labels the figures are keyed by
+    reconciles: str  # counter of reconciles
+    buckets: str  # reconcile duration histogram, _bucket series
+    only: dict[str, str] = field(default_factory=dict)  # label filter for the two above
+    writes: tuple[str, ...] = ("apply", "patch", "create", "delete", "event")
+    reads: tuple[str, ...] = ("get", "list")
+
+
+TRITONLLM_METRICS = Metrics("tritonllm_api_calls_total", ("verb", "kind"),
+                            "tritonllm_reconciles_total",
+                            "tritonllm_reconcile_duration_seconds_bucket")
+# controller-runtime's: client-go's request counter (by HTTP method and status code: GET is
+# also every list and watch) and the NIMService controller's reconciles
+NIM_METRICS = Metrics("rest_client_requests_total", ("method", "code"),
+                      "controller_runtime_reconcile_total",
+                      "controller_runtime_reconcile_time_seconds_bucket",
+                      {"controller": nim_peer.CONTROLLER},
+                      writes=("POST", "PUT", "PATCH", "DELETE"), reads=("GET",))
 
 
 @dataclass
 class Snapshot:
-    calls: dict[tuple[str, str], float]  # (verb, kind) -> count
+    calls: dict[tuple[str, str], float]  # (verb, kind) or (method, code) -> count
     reconciles: float
     buckets: dict[float, float]  # le -> cumulative count
 
     @staticmethod
-    def of(op: Operator) -> Snapshot:
-        calls = {(dict(k)["verb"], dict(k)["kind"]): v
-                 for k, v in metric_samples(op, "tritonllm_api_calls_total").items()}
-        reconciles = sum(metric_samples(op, "tritonllm_reconciles_total").values())
+    def of(text: str, m: Metrics = TRITONLLM_METRICS) -> Snapshot:
+        first, second = m.call_labels
+        calls = {(dict(k)[first], dict(k)[second]): v
+                 for k, v in metric_samples(text, m.calls).items()}
+        reconciles = sum(metric_samples(text, m.reconciles, **m.only).values())
         buckets = {float(dict(k)["le"]): v for k, v in
-                   metric_samples(op, "tritonllm_reconcile_duration_seconds_bucket").items()}
+                   metric_samples(text, m.buckets, **m.only).items()}
         return Snapshot(calls, reconciles, buckets)
 
     def minus(self, before: Snapshot) -> Snapshot:
@@ -287,6 +345,18 @@ class Snapshot:
         return max((le for le in self.buckets if le != float("inf")), default=float("nan"))
 
 
+def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
+    """The API server's own request counter, by "VERB resource[/subresource] code"."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    out: dict[str, float] = {}
+    for labels, v in metric_samples(text, "apiserver_request_total").items():
+        d = dict(labels)
+        sub = f"/{d['subresource']}" if d.get("subresource") else ""
+        key = f"{d.get('verb')} {d.get('resource')}{sub} {d.get('code')}"
+        out[key] = out.get(key, 0) + v
+    return out
+
+
 def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field_name + ":"):
@@ -306,13 +376,15 @@ class Side:
     ready: list[float]
     total_created: float
     total_ready: float
+    workload_ready: list[float] = field(default_factory=list)  # the peer: its Deployment ready
+    # the peer: the API server's requests per deployment while it converged, from every client
+    apiserver: dict[str, float] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
-def watched(cluster: LocalCluster, namespace: str, *, operator: bool) -> Iterator[Timeline]:
+def watched(cluster: LocalCluster, namespace: str, *, side: str) -> Iterator[Timeline]:
     timeline, stop = Timeline(), threading.Event()
-    threads = start_watches(cluster.api_client(), namespace, timeline, operator=operator,
-                            stop=stop)
+    threads = start_watches(cluster.api_client(), namespace, timeline, side=side, stop=stop)
     time.sleep(2)  # the watches are established
     try:
         yield timeline
@@ -345,7 +417,7 @@ def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Si
                 r.workload]
         batches[name] = [o.stamped() for o in objs if o is not None]
         children[name] = children_of(name, r.repository_key)
-    with watched(cluster, namespace, operator=False) as timeline:
+    with watched(cluster, namespace, side="raw") as timeline:
         t0 = time.monotonic()
         started = asyncio.run(apply_all(cluster.kubeconfig, batches))
         return measure(timeline, started, children, t0, timeout)
@@ -403,6 +475,24 @@ def profile_summary(path: Path, top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def observe(pid: int, scrape: Callable[[], str], metrics: Metrics, steady: float,
+            converge: Callable[[], Side]) -> dict[str, Any]:
+    """An operator's figures around `converge` (which applies the N objects and waits for them):
+    its metrics before, once converged and after `steady` seconds, and its resident memory."""
+    out: dict[str, Any] = {"rss_idle_mib": rss_mib(pid), "metrics": metrics}
+    before = Snapshot.of(scrape(), metrics)
+    out["side"] = converge()
+    converged = Snapshot.of(scrape(), metrics)
+    time.sleep(steady)
+    after = Snapshot.of(scrape(), metrics)
+    out["rss_steady_mib"] = rss_mib(pid)
+    out["rss_peak_mib"] = rss_mib(pid, "VmHWM")
+    out["converging"] = converged.minus(before)
+    out["steady"] = after.minus(converged)
+    out["all"] = after.minus(before)
+    return out
+
+
 def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
                       timeout: float, steady: float, profile: Path | None) -> dict[str, Any]:
     record = cached_engine(namespace)
@@ -422,48 +512,89 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         r = render_all(parse_deployment(small(name, namespace)))
         children[name] = children_of(name, r.repository_key)
         batches[name] = [Manifest.of(small(name, namespace))]
-    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, run_operator(
         cluster, namespace, Path(tmp), resync=resync
     ) as op:
         time.sleep(3)
-        out["rss_idle_mib"] = rss_mib(op.proc.pid)
-        before = Snapshot.of(op)
-        with watched(cluster, namespace, operator=True) as timeline, profiled(
-            op.proc.pid, profile and profile / f"operator-{n}.txt"
-        ):
-            t0 = time.monotonic()
-            started = asyncio.run(apply_all(cluster.kubeconfig, batches))
-            side = measure(timeline, started, children, t0, timeout)
-        converged = Snapshot.of(op)
-        out["rss_at_n_mib"] = rss_mib(op.proc.pid)
-        time.sleep(steady)
-        after = Snapshot.of(op)
-        out["rss_steady_mib"] = rss_mib(op.proc.pid)
-        out["rss_peak_mib"] = rss_mib(op.proc.pid, "VmHWM")
-        out["side"] = side
-        out["converging"] = converged.minus(before)
-        out["steady"] = after.minus(converged)
-        out["all"] = after.minus(before)
+
+        def converge() -> Side:
+            with watched(cluster, namespace, side="operator") as timeline, profiled(
+                op.proc.pid, profile and profile / f"operator-{n}.txt"
+            ):
+                t0 = time.monotonic()
+                started = asyncio.run(apply_all(cluster.kubeconfig, batches))
+                return measure(timeline, started, children, t0, timeout)
+
+        return observe(op.proc.pid, op.metrics, TRITONLLM_METRICS, steady, converge)
+
+
+def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout: float,
+            steady: float, logs: Path | None) -> dict[str, Any]:
+    """The peer: the NIM operator's manager on the host, N equivalent NIMServices."""
+    nim_peer.install_crds(cluster, binary)
+    token = nim_peer.metrics_token(cluster, namespace)
+    children = {f"s{i:04d}": nim_peer.children_of(f"s{i:04d}") for i in range(n)}
+    batches = {name: [Manifest.of(nim_peer.nimservice(name, namespace))] for name in children}
+    with tempfile.TemporaryDirectory() as tmp, nim_peer.run_manager(
+        cluster, binary, token, Path(tmp)
+    ) as mgr:
+        time.sleep(3)
+        mgr.metrics()  # the first scrape's TokenReview and SubjectAccessReview are then cached
+
+        def converge() -> Side:
+            api_before = apiserver_requests(cluster)
+            with watched(cluster, namespace, side="nim") as timeline:
+                t0 = time.monotonic()
+                started = asyncio.run(apply_all(cluster.kubeconfig, batches))
+                wait_until("its Deployments ready", lambda: all(
+                    name in timeline.workload_ready for name in children), timeout)
+                try:  # then its Ready condition, which needs an HTTP answer (nim_peer)
+                    side = measure(timeline, started, children, t0, timeout=300)
+                except TimeoutError as exc:
+                    raise RuntimeError(
+                        f"{exc}: the NIM operator's Deployments are ready but not its "
+                        "NIMServices; their Ready condition waits for an HTTP answer from each "
+                        "Service's cluster IP, which this host cannot reach (bench/nim_peer.py)"
+                    ) from exc
+            side.workload_ready = [timeline.workload_ready[k] - t for k, t in started.items()]
+            api_after = apiserver_requests(cluster)
+            side.apiserver = {k: round((v - api_before.get(k, 0)) / n, 2)
+                              for k, v in sorted(api_after.items())
+                              if v - api_before.get(k, 0) >= n / 2}
+            return side
+
+        try:
+            return observe(mgr.proc.pid, mgr.metrics, NIM_METRICS, steady, converge)
+        finally:
+            if logs:
+                logs.mkdir(parents=True, exist_ok=True)
+                (logs / f"nim-operator-{n}.log").write_bytes(mgr.log.read_bytes())
+
+
+def times(side: Side) -> dict[str, Any]:
+    out = {"created": summary(side.created), "first": summary(side.first),
+           "ready": summary(side.ready),
+           "all_created_s": side.total_created, "all_ready_s": side.total_ready}
+    if side.workload_ready:
+        out["workload_ready"] = summary(side.workload_ready)
+    if side.apiserver:
+        out["apiserver_requests_per_deployment_converging"] = side.apiserver
     return out
 
 
-def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
+def figures(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
+    """An operator's side of the report: its times, their ratio to the raw limit's, and its
+    control-plane cost from its own metrics."""
     side: Side = op["side"]
+    m: Metrics = op["metrics"]
     conv: Snapshot = op["converging"]
     steady: Snapshot = op["steady"]
     every: Snapshot = op["all"]
-    steady_writes = sum(v for (verb, _), v in steady.calls.items()
-                        if verb in ("apply", "patch", "create", "delete", "event"))
-    steady_reads = sum(v for (verb, _), v in steady.calls.items() if verb in ("get", "list"))
-    result = {
+    steady_writes = sum(v for (verb, _), v in steady.calls.items() if verb in m.writes)
+    steady_reads = sum(v for (verb, _), v in steady.calls.items() if verb in m.reads)
+    return {
         "n": n,
-        "raw": {"created": summary(raw.created), "first": summary(raw.first),
-                "ready": summary(raw.ready),
-                "all_created_s": raw.total_created, "all_ready_s": raw.total_ready},
-        "operator": {"created": summary(side.created), "first": summary(side.first),
-                     "ready": summary(side.ready),
-                     "all_created_s": side.total_created, "all_ready_s": side.total_ready},
+        **times(side),
         "ratio_all_created": side.total_created / raw.total_created,
         "ratio_all_ready": side.total_ready / raw.total_ready,
         "ratio_created_p50": statistics.median(side.created) / statistics.median(raw.created),
@@ -478,15 +609,28 @@ def report(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
         "requests_per_deployment_converging": {
             f"{verb} {kind}": round(v / n, 2) for (verb, kind), v in sorted(conv.calls.items())
             if v},
+        "requests_total_per_deployment_converging": round(sum(conv.calls.values()) / n, 2),
         "reconciles_steady": steady.reconciles,
         "requests_per_reconcile_steady": steady.per_reconcile(),
         "writes_per_steady_reconcile": steady_writes / max(steady.reconciles, 1),
         "reads_per_steady_reconcile": steady_reads / max(steady.reconciles, 1),
+        "writes_steady": steady_writes,
+        "reads_steady": steady_reads,
         "rss_idle_mib": op["rss_idle_mib"],
         "rss_peak_mib": op["rss_peak_mib"],
         "rss_at_n_mib": op["rss_steady_mib"],
     }
+
+
+def report(n: int, raw: Side, op: dict[str, Any], nim: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    result = {"n": n, "raw": times(raw), "operator": figures(n, raw, op)}
+    if nim is not None:
+        result["nim"] = figures(n, raw, nim)
     return result
+
+
+SIDES = {"raw": "raw", "operator": "tritonllm", "nim": "NIM op."}
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -494,31 +638,45 @@ def print_report(r: dict[str, Any]) -> None:
         return f"p50 {s['p50']:6.1f} s  p95 {s['p95']:6.1f} s  max {s['max']:6.1f} s"
 
     print(f"\n=== N = {r['n']} ===")
-    for who in ("raw", "operator"):
+    for who in (w for w in SIDES if w in r):
         x = r[who]
-        print(f"{who:9s} apply -> children created: {fmt(x['created'])}   "
+        print(f"{SIDES[who]:9s} apply -> children created: {fmt(x['created'])}   "
               f"(all: {x['all_created_s']:.1f} s)")
         print(f"{'':9s} ... all but the Deployment: {fmt(x['first'])}")
         print(f"{'':9s} apply -> Ready:            {fmt(x['ready'])}   "
               f"(all: {x['all_ready_s']:.1f} s)")
-    print(f"ratio operator/raw: all children created {r['ratio_all_created']:.2f}, "
-          f"all Ready {r['ratio_all_ready']:.2f}, children created p50 "
-          f"{r['ratio_created_p50']:.2f}, all but the Deployments {r['ratio_first_wave_max']:.2f}")
-    def ms(v: float) -> str:  # beyond the histogram's last finite bucket: a lower bound
-        return f"> {r['reconcile_top_bucket_ms']:.0f} ms" if v == float("inf") else f"{v:.1f} ms"
+        if "workload_ready" in x:
+            print(f"{'':9s} apply -> Deployment ready: {fmt(x['workload_ready'])}")
+    for who in ("operator", "nim"):
+        if who in r:
+            print_figures(SIDES[who], r[who])
 
-    print(f"reconcile latency: p50 {ms(r['reconcile_p50_ms'])}, "
-          f"p95 {ms(r['reconcile_p95_ms'])} (operator histogram, whole run); steady state "
-          f"p50 {ms(r['reconcile_steady_p50_ms'])}, p95 {ms(r['reconcile_steady_p95_ms'])}")
-    print(f"API requests per reconcile while converging ({r['reconciles_converging']:.0f} "
-          f"reconciles): {r['requests_per_reconcile_converging']}")
-    print(f"API requests per deployment while converging, by verb and kind: "
-          f"{r['requests_per_deployment_converging']}")
-    print(f"API requests per steady-state reconcile ({r['reconciles_steady']:.0f} reconciles): "
-          f"{r['requests_per_reconcile_steady'] or 'none'}; writes "
-          f"{r['writes_per_steady_reconcile']:.2f}, reads {r['reads_per_steady_reconcile']:.2f}")
-    print(f"operator RSS: idle {r['rss_idle_mib']:.0f} MiB, peak {r['rss_peak_mib']:.0f} MiB, "
-          f"with {r['n']} deployments {r['rss_at_n_mib']:.0f} MiB")
+
+def print_figures(who: str, x: dict[str, Any]) -> None:
+    def ms(v: float) -> str:  # beyond the histogram's last finite bucket: a lower bound
+        return f"> {x['reconcile_top_bucket_ms']:.0f} ms" if v == float("inf") else f"{v:.1f} ms"
+
+    print(f"--- {who}")
+    print(f"ratio {who}/raw: all children created {x['ratio_all_created']:.2f}, "
+          f"all Ready {x['ratio_all_ready']:.2f}, children created p50 "
+          f"{x['ratio_created_p50']:.2f}, all but the Deployments {x['ratio_first_wave_max']:.2f}")
+    print(f"reconcile latency: p50 {ms(x['reconcile_p50_ms'])}, "
+          f"p95 {ms(x['reconcile_p95_ms'])} (its histogram, whole run); steady state "
+          f"p50 {ms(x['reconcile_steady_p50_ms'])}, p95 {ms(x['reconcile_steady_p95_ms'])}")
+    print(f"API requests per reconcile while converging ({x['reconciles_converging']:.0f} "
+          f"reconciles): {x['requests_per_reconcile_converging']}")
+    print(f"API requests per deployment while converging "
+          f"({x['requests_total_per_deployment_converging']} in all): "
+          f"{x['requests_per_deployment_converging']}")
+    if "apiserver_requests_per_deployment_converging" in x:
+        print("the API server's requests per deployment meanwhile, every client (at least 0.5): "
+              f"{x['apiserver_requests_per_deployment_converging']}")
+    print(f"API requests per steady-state reconcile ({x['reconciles_steady']:.0f} reconciles): "
+          f"{x['requests_per_reconcile_steady'] or 'none'}; writes "
+          f"{x['writes_per_steady_reconcile']:.2f}, reads {x['reads_per_steady_reconcile']:.2f} "
+          f"({x['writes_steady']:.0f} writes and {x['reads_steady']:.0f} reads in all)")
+    print(f"{who} RSS: idle {x['rss_idle_mib']:.0f} MiB, peak {x['rss_peak_mib']:.0f} MiB, "
+          f"with {x['n']} deployments {x['rss_at_n_mib']:.0f} MiB")
 
 
 def main() -> None:
@@ -532,17 +690,28 @@ def main() -> None:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the namespaces afterwards")
     ap.add_argument("--profile", help="py-spy the operator while it converges; write here")
+    ap.add_argument("--peer", choices=["nim"], help="also run a peer operator: NVIDIA's NIM "
+                    "operator (bench/nim_peer.py)")
+    ap.add_argument("--nim-binary", help="the NIM operator's manager (default: the newest "
+                    "~/.cache/tritonllm/bin/nim-operator-*/manager)")
+    ap.add_argument("--logs", help="keep the peer's log here")
     args = ap.parse_args()
     sizes = args.n or [100]
-    nodes = bench_nodes(max(sizes))
+    nim_binary = nim_peer.find_binary(args.nim_binary) if args.peer == "nim" else None
+    if args.peer == "nim" and nim_binary is None:
+        print(nim_peer.BUILD_HINT.format(where=args.nim_binary or "none cached"), flush=True)
+    elif nim_binary:
+        print(f"peer: the NIM operator {nim_binary}", flush=True)
+    nodes = bench_nodes(max(sizes), sides=3 if nim_binary else 2)
     cluster = LocalCluster(name=args.cluster, nodes=(*DEFAULT_NODES, *nodes))
     cluster.up()
     cluster.apply([node_manifest(s, i + len(DEFAULT_NODES)) for i, s in enumerate(nodes)])
     results = []
     for n in sizes:
         stamp = int(time.time())
-        raw_ns, op_ns = f"scale-raw-{n}-{stamp}", f"scale-op-{n}-{stamp}"
-        for ns in (raw_ns, op_ns):
+        raw_ns, op_ns, nim_ns = (f"scale-{who}-{n}-{stamp}" for who in ("raw", "op", "nim"))
+        namespaces = (raw_ns, op_ns, nim_ns) if nim_binary else (raw_ns, op_ns)
+        for ns in namespaces:
             cluster.kubectl("create", "namespace", ns)
             prepare_namespace(cluster, ns)
         print(f"N = {n}: raw limit in {raw_ns}", flush=True)
@@ -552,11 +721,16 @@ def main() -> None:
         if profile:
             profile.mkdir(parents=True, exist_ok=True)
         op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile)
-        result = report(n, raw, op)
+        nim = None
+        if nim_binary:
+            print(f"N = {n}: the NIM operator in {nim_ns}", flush=True)
+            nim = run_nim(cluster, n, nim_ns, nim_binary, args.timeout, args.steady,
+                          Path(args.logs) if args.logs else None)
+        result = report(n, raw, op, nim)
         print_report(result)
         results.append(result)
         if not args.keep:
-            for ns in (raw_ns, op_ns):
+            for ns in namespaces:
                 cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
