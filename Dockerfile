@@ -28,13 +28,9 @@ RUN set -eu; \
     PYTHONPATH=operator python3 -m tritonllm.runtime.pyz --out /tritonllm.pyz
 
 FROM ${BASE}
-# openssh-client: ssh-keygen makes the multi-node MPI key pairs. Installed only when the base
-# lacks it (the local base already has it, so that build needs no package index).
+# No package is installed: the operator needs only its venv (the multi-node MPI key pairs are
+# made in Python, with the cryptography package), so this build needs no package index.
 RUN set -eu; \
-    if ! command -v ssh-keygen >/dev/null; then \
-      apt-get update && apt-get install -y --no-install-recommends openssh-client \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi; \
     groupadd --gid 65532 tritonllm; \
     useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin tritonllm

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.operator_harness import Operator, free_port, stop
+from tests.cluster.operator_harness import Operator, stop
+from tests.helpers import free_port
 
 from tritonllm.k8s.client import RESOURCES, Resource
 from tritonllm_dev.local import LocalCluster

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers import example
 from tests.triton.stack import (
     Server,
     TritonInstall,
     ensure_install,
-    example,
     make_tokenizer,
     pyz_archive,
     run_stack,

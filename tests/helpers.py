@@ -1,7 +1,9 @@
-"""Small helpers for reading rendered output in tests."""
+"""Small helpers shared by the test tiers: reading rendered output, free loopback ports."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,13 @@ from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
 from tritonllm.render import Rendered, render_all
 
 
-def example(name: str) -> TritonLLMDeployment:
-    return parse_deployment(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()))
+def example(name: str, **overrides: Any) -> TritonLLMDeployment:
+    """examples/<name>.yaml parsed, with spec overrides merged in (one level deep)."""
+    body = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
+    for key, value in overrides.items():
+        current = body["spec"].get(key)
+        body["spec"][key] = {**current, **value} if isinstance(current, dict) else value
+    return parse_deployment(body)
 
 
 def render_example(name: str) -> Rendered:
@@ -48,3 +55,17 @@ def write(tmp: Path, name: str, text: str) -> Path:
     path = tmp / name
     path.write_text(text)
     return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct TCP ports on 127.0.0.1 that were free a moment ago (all bound at once)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]

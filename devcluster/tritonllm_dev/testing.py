@@ -1,4 +1,4 @@
-"""Helpers for tests that run against the local cluster (used by tests/cluster/conftest.py).
+"""Helpers for tests that run against the local cluster (used by tests/conftest.py).
 
 Kept in the package rather than in a conftest so that every test tier (cluster, chart, operator
 end-to-end) can import the same waiting and object-building helpers.

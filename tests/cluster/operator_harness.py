@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,12 @@ from typing import Any
 import yaml
 
 from tests.cases import ROOT
+from tests.helpers import free_port
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
 
 TRITONLLM = str(Path(sys.executable).with_name("tritonllm"))
 WRITE_VERBS = ("apply", "patch", "create", "delete", "event")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Operator:

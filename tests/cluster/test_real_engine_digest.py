@@ -28,7 +28,7 @@ from tests.cluster.test_real_flow import (
     seeded,
 )
 from tests.unit.test_engine_digest import rewrite_store
-from tritonllm.runtime import common, verified
+from tritonllm.runtime import engine_files, verified
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
 
@@ -65,7 +65,7 @@ def test_a_serving_pod_refuses_an_engine_rewritten_on_the_store(
 
         # Reported by the build pod, recorded by the operator, handed to the serving pods.
         record = cluster.kubectl_json("get", "tllme", key, "-n", ns)["status"]
-        artifact, _ = common.read_artifact(engine)
+        artifact, _ = engine_files.read_artifact(engine)
         assert record["digest"] == verified.engine_digest(artifact), record
         assert record["fingerprintDigest"].startswith("sha256:"), record
         plan = launch_plan(cluster, ns, repo_key)

@@ -54,6 +54,7 @@ from bench.triton_pipeline import PROMPT, drive, pct
 from tests.fake_trtllm import FakeImage, relocate, write_plan
 from tests.gpu import pods
 from tests.gpu.pods import PodsStack
+from tests.helpers import example, free_ports
 from tests.triton.stack import (
     GPU_STANDIN,
     STANDIN,
@@ -66,8 +67,6 @@ from tests.triton.stack import (
     cpus_allowed,
     descendants,
     ensure_install,
-    example,
-    free_ports,
     launch_env,
     make_tokenizer,
     pyz_archive,
@@ -76,7 +75,7 @@ from tests.triton.stack import (
 )
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import render_all
-from tritonllm.runtime.common import product_label
+from tritonllm.runtime.probes import product_label
 
 EXAMPLE = "gpt2-medium"
 SPECIAL = ("<pad>", "<unk>", "</s>", "<s>")  # tests/triton/make_tokenizer.py

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import free_port
 from tritonllm_dev import images, oci
 from tritonllm_dev.versions import REGISTRY
 
@@ -70,12 +70,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                   f"{oci.megabytes(r.pushed_size):>8} in the registry  {r.reference}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A registry of its own on 127.0.0.1 (real-nodes.md section 6 configuration)."""
@@ -84,7 +78,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
         build_component(REGISTRY)
     root = tmp_path_factory.mktemp("registry")
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     config = {"version": 0.1, "log": {"level": "warn"},
               "storage": {"filesystem": {"rootdirectory": str(root / "data")},
                           "delete": {"enabled": True}},

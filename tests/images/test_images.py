@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers import free_ports
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, RenderOptions, render_all
 from tritonllm_dev import images, oci
@@ -297,14 +297,6 @@ class Pod:
                 proc.wait(timeout=30)
 
 
-def _free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
-
 def _loopback_ports(plan: dict[str, Any], ports: list[int]) -> dict[str, Any]:
     """The launch plan with only its ports moved and its servers bound to 127.0.0.1: a chroot
     shares the host's network, where a pod has its own (the one change this test makes)."""
@@ -386,7 +378,7 @@ def test_standin_runs_the_rendered_pods_unchanged(
     assert repo.returncode == 0, repo.stdout + repo.stderr
     assert (store / rendered.repository_dir.removeprefix("/store/") / "ensemble").is_dir()
 
-    ports = _free_ports(3)
+    ports = free_ports(3)
     plan_cm = next(o for o in rendered.by_kind("ConfigMap") if "launch.json" in o["data"])
     plan_cm["data"]["launch.json"] = json.dumps(
         _loopback_ports(json.loads(plan_cm["data"]["launch.json"]), ports))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import example as _example
 from tritonllm.api.deployment import TritonLLMDeployment
 
 from .stack import (
@@ -26,7 +27,6 @@ from .stack import (
     pyz_archive,
     run_stack,
 )
-from .stack import example as _example
 
 EXAMPLE = "gpt2-medium"  # an engine-runtime example (TensorRT-LLM 1.2.1 templates)
 TP2 = {"parallelism": {"tensor": 2, "pipeline": 1}}

@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,15 +43,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tests.helpers import free_ports
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment, parse_deployment
+from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import render_all
 from tritonllm.runtime.build import ARTIFACT_SCHEMA
-from tritonllm.runtime.common import engine_checksums
+from tritonllm.runtime.engine_files import engine_checksums
 from tritonllm.runtime.pyz import build_pyz
 from tritonllm.triton.launch import TRITONSERVER, LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import render_repository
@@ -237,15 +236,6 @@ def make_tokenizer(install: TritonInstall, out: Path) -> Path:
     return out
 
 
-def example(name: str, **overrides: Any) -> TritonLLMDeployment:
-    """An example CR with spec overrides merged in (one level deep)."""
-    body = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
-    for key, value in overrides.items():
-        current = body["spec"].get(key)
-        body["spec"][key] = {**current, **value} if isinstance(current, dict) else value
-    return parse_deployment(body)
-
-
 def standin_config(rendered: str) -> str:
     """The rendered tensorrt_llm config with backend python; inputs and outputs unchanged."""
     cfg = text_format.Parse(rendered, mc.ModelConfig())
@@ -272,14 +262,6 @@ def write_repository(dep: TritonLLMDeployment, root: Path, tokenizer: Path, *,
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     return root
-
-
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 @dataclasses.dataclass(frozen=True)

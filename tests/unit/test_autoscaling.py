@@ -234,7 +234,7 @@ def _workload(managers: list[str]) -> dict[str, Any]:
 )
 def test_replicas_are_handed_to_the_autoscaler_once(managers: list[str], kept: int | None) -> None:
     from tritonllm.handlers.cache import project_workload
-    from tritonllm.handlers.reconciler import handover_replicas
+    from tritonllm.handlers.observe import handover_replicas
 
     dep = parse_deployment(cr({"autoscaling": {"maxReplicas": 4}}))
     assert handover_replicas(dep, project_workload(_workload(managers))) == kept

@@ -24,7 +24,7 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.plan.observed import build_report, serving_failure
 from tritonllm.render import RenderOptions
-from tritonllm.runtime import common, verified
+from tritonllm.runtime import engine_files, report, verified
 
 __all__ = ["image", "pyz"]  # fixtures
 
@@ -156,18 +156,18 @@ def rewrite_store(engine: Path) -> None:
     time.sleep(0.05)
     victim = sorted(engine.glob("rank*.engine"))[-1]
     victim.write_bytes(b"evil engine")  # the size of the fake tools' engine files
-    artifact_path = engine / common.ARTIFACT
+    artifact_path = engine / engine_files.ARTIFACT
     artifact = json.loads(artifact_path.read_text())
-    artifact["files"] = common.engine_checksums(engine)
+    artifact["files"] = engine_files.engine_checksums(engine)
     artifact_path.write_text(json.dumps(artifact))
-    _, digest = common.read_artifact(engine)
-    names = common.engine_file_paths(engine)
+    _, digest = engine_files.read_artifact(engine)
+    names = engine_files.engine_file_paths(engine)
     verified.write_marker(engine, digest, verified.fingerprints(engine, names), by="build")
 
 
 def test_the_build_reports_the_digest_of_what_artifact_json_records(image: FakeImage) -> None:
     plan, _, report = built_and_reported(image, "llama2-7b-tp4")
-    artifact, _ = common.read_artifact(Path(plan["engineDir"]))
+    artifact, _ = engine_files.read_artifact(Path(plan["engineDir"]))
     assert report["engineDigest"] == verified.engine_digest(artifact)
     assert report["engineDigest"].startswith("sha256:") and len(report["engineDigest"]) == 71
     assert len(json.dumps(report)) < 4096  # the kubelet's limit of a termination message
@@ -188,7 +188,7 @@ def test_launch_refuses_an_engine_rewritten_together_with_its_artifact_json(
     calls = len(image.calls("mpirun"))
     # With it, launch refuses before anything runs, and says why and what to do.
     code, log = run_launch(image, anchored)
-    assert code == common.EXIT_TAMPERED == 18, log
+    assert code == report.EXIT_TAMPERED == 18, log
     assert "error=tampered" in log and "engine digest mismatch" in log, log
     assert "not the one its build reported to the operator" in log
     assert "kubectl delete tllme" in log

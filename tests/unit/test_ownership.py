@@ -18,7 +18,7 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.handlers.execute import NameConflict, WriteRefused, execute, failure
 from tritonllm.handlers.reconciler import Reconciler
 from tritonllm.k8s.client import KubeError
-from tritonllm.plan.writes import Plan
+from tritonllm.plan.writes import Decision
 from tritonllm.render import render_all
 
 LOG = logging.LoggerAdapter(logging.getLogger("test"), {})
@@ -40,7 +40,7 @@ def test_a_foreign_object_is_never_applied_over() -> None:
     kube = FakeKube([body, foreign_service()])
     service = render_all(dep).service.stamped()
     with pytest.raises(NameConflict, match=r"Service/demo already exists .* rename"):
-        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service]), LOG))
+        asyncio.run(execute(kube, kube.cache(), body, dep, Decision(apply=[service]), LOG))
     assert kube.writes() == []
     assert kube.objects[("Service", "default", "demo")]["metadata"]["labels"] == {"team": "a"}
 
@@ -55,7 +55,7 @@ def test_a_deployment_named_kubernetes_never_touches_the_api_service() -> None:
     kube = FakeKube([body, api])
     service = render_all(dep).service.stamped()
     with pytest.raises(NameConflict, match="Service/kubernetes"):
-        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service]), LOG))
+        asyncio.run(execute(kube, kube.cache(), body, dep, Decision(apply=[service]), LOG))
     assert kube.objects[("Service", "default", "kubernetes")]["spec"]["ports"][0]["port"] == 443
     assert kube.writes() == []
 
@@ -66,7 +66,7 @@ def test_an_object_labelled_ours_but_owned_by_another_is_a_conflict() -> None:
     kube = FakeKube([body, stolen.service.body])
     service = render_all(dep).service.stamped()
     with pytest.raises(NameConflict, match="owned by TritonLLMDeployment/demo"):
-        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service]), LOG))
+        asyncio.run(execute(kube, kube.cache(), body, dep, Decision(apply=[service]), LOG))
     assert kube.writes() == []
 
 
@@ -78,7 +78,7 @@ def test_our_own_objects_and_recorded_build_objects_are_applied() -> None:
     # the build ConfigMap of the same engine key, created for another deployment: trusted only
     # because the engine record holds its uid
     shared = kube.put(other.build_configmap.body)
-    plan = Plan(apply=[rendered.build_configmap.stamped(), rendered.service.stamped()],
+    plan = Decision(apply=[rendered.build_configmap.stamped(), rendered.service.stamped()],
                 recorded=frozenset({shared["metadata"]["uid"]}))
     asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert [c.name for c in kube.writes("apply")] == [rendered.build_configmap.name, "demo"]
@@ -88,7 +88,7 @@ def test_a_labelled_build_object_the_record_does_not_name_is_a_conflict() -> Non
     body, dep = deployment()
     rendered = render_all(dep)
     kube = FakeKube([body, rendered.build_configmap.body])  # labels and owner: all as ours
-    plan = Plan(apply=[rendered.build_configmap.stamped()])
+    plan = Decision(apply=[rendered.build_configmap.stamped()])
     with pytest.raises(NameConflict, match="ConfigMap/tritonllm-build-"):
         asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert kube.writes() == []
@@ -101,7 +101,8 @@ def test_a_non_controller_reference_does_not_make_an_object_ours() -> None:
         {**service.body["metadata"]["ownerReferences"][0], "controller": False}]}}
     kube = FakeKube([body, planted])
     with pytest.raises(NameConflict, match="Service/demo"):
-        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(apply=[service.stamped()]), LOG))
+        decision = Decision(apply=[service.stamped()])
+        asyncio.run(execute(kube, kube.cache(), body, dep, decision, LOG))
 
 
 def test_a_planted_mpi_key_secret_is_not_trusted() -> None:
@@ -113,7 +114,7 @@ def test_a_planted_mpi_key_secret_is_not_trusted() -> None:
                "data": {"id_ed25519": "AAAA"}}
     kube = FakeKube([body, planted])
     with pytest.raises(NameConflict, match="Secret/demo-mpi-ssh"):
-        asyncio.run(execute(kube, kube.cache(), body, dep, Plan(create_mpi_secret=True), LOG))
+        asyncio.run(execute(kube, kube.cache(), body, dep, Decision(create_mpi_secret=True), LOG))
 
 
 FAILURES = [
@@ -194,7 +195,7 @@ def test_another_objects_is_never_deleted() -> None:
                            "ownerReferences": [{"kind": "TritonLLMDeployment", "name": "demo",
                                                 "uid": "uid-before"}]}}
     kube = FakeKube([body, theirs])
-    plan = Plan(delete=[("policy/v1", "PodDisruptionBudget", "demo")])
+    plan = Decision(delete=[("policy/v1", "PodDisruptionBudget", "demo")])
     with pytest.raises(NameConflict, match="PodDisruptionBudget/demo"):
         asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert ("PodDisruptionBudget", "default", "demo") in kube.objects

@@ -18,8 +18,8 @@ from tritonllm.plan.observed import serving_failure
 from tritonllm.plan.reconcile import (
     FINALIZER,
     MAX_BUILD_ATTEMPTS,
+    Decision,
     Observed,
-    Plan,
     backoff_seconds,
     plan,
     plan_deletion,
@@ -90,7 +90,7 @@ class World:
             serving_failure=self.obs.get("serving_failure"),
         )
 
-    def step(self, opts: RenderOptions | None = None) -> Plan:
+    def step(self, opts: RenderOptions | None = None) -> Decision:
         dep = self.dep()
         r = render_all(
             dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": UID})}),
@@ -160,7 +160,7 @@ class World:
         self.step()
 
 
-def kinds(p: Plan) -> list[str]:
+def kinds(p: Decision) -> list[str]:
     return [o["kind"] for o in p.apply]
 
 

@@ -167,11 +167,11 @@ def test_repository_configmap_holds_every_file_and_the_plans() -> None:
 
 def test_permanent_build_exit_codes_match_the_runtime() -> None:
     from tritonllm.render.jobs import PERMANENT_EXIT_CODES
-    from tritonllm.runtime import common
+    from tritonllm.runtime import report
 
-    expected = {common.EXIT_INVALID, common.EXIT_NO_SPACE, common.EXIT_AUTH, common.EXIT_GPUS,
-                common.EXIT_NO_CONVERTER, common.EXIT_MISMATCH, common.EXIT_VERSION,
-                common.EXIT_NOT_FOUND}
+    expected = {report.EXIT_INVALID, report.EXIT_NO_SPACE, report.EXIT_AUTH, report.EXIT_GPUS,
+                report.EXIT_NO_CONVERTER, report.EXIT_MISMATCH, report.EXIT_VERSION,
+                report.EXIT_NOT_FOUND}
     assert set(PERMANENT_EXIT_CODES) == expected
     rules = render_all(dep()).build_job["spec"]["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "FailJob"

@@ -1,4 +1,4 @@
-"""Plan.requeue_after is honoured: a waiting step is retried at its stated delay, not at resync.
+"""Decision.requeue_after is honoured: a waiting step is retried at its stated delay, not at resync.
 
 The reconciler runs for real (render, plan, execute) against an in-memory API server, on an event
 loop with a virtual clock that jumps to the next timer whenever nothing else is ready, so a 20 s

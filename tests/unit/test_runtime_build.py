@@ -19,7 +19,7 @@ from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_p
 from tests.helpers import render_example
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, render_all
-from tritonllm.runtime import common
+from tritonllm.runtime import report
 
 __all__ = ["image", "pyz"]  # fixtures
 
@@ -254,7 +254,7 @@ def test_build_with_fake_trtllm_tools_resumes_after_a_crash_in_trtllm_build(
 ) -> None:
     _, plan = prepared(image, "gpt2-medium")
     code, log = run_build(image, plan, FAKE_FAIL="trtllm-build")
-    assert code == common.EXIT_FAILED, log
+    assert code == report.EXIT_FAILED, log
     assert "build failed with exit code 3: trtllm-build: simulated crash" in log
     assert not (Path(plan["engineDir"]) / "artifact.json").exists()
 
@@ -273,7 +273,7 @@ def test_build_with_fake_trtllm_tools_redoes_a_step_whose_output_vanished(
     image: FakeImage,
 ) -> None:
     _, plan = prepared(image, "gpt2-medium")
-    assert run_build(image, plan, FAKE_FAIL="trtllm-build")[0] == common.EXIT_FAILED
+    assert run_build(image, plan, FAKE_FAIL="trtllm-build")[0] == report.EXIT_FAILED
     (Path(plan["checkpointDir"]) / "config.json").unlink()
     code, log = run_build(image, plan)
     assert code == 0, log
@@ -298,7 +298,7 @@ def test_build_refuses_an_engine_directory_of_another_key(image: FakeImage) -> N
     engine.mkdir(parents=True)
     (engine / "artifact.json").write_text(json.dumps({"engineKey": "somebody-else"}))
     code, log = run_build(image, plan)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "foreign engine" in log
 
 
@@ -319,7 +319,7 @@ def test_build_names_an_architecture_without_a_converter(image: FakeImage) -> No
     _, plan = prepared(image, "gpt2-medium")
     plan["steps"][1]["exampleDir"] = None
     code, log = run_build(image, plan, FAKE_ARCH="MambaForCausalLM")
-    assert code == common.EXIT_NO_CONVERTER, log
+    assert code == report.EXIT_NO_CONVERTER, log
     assert "model architecture 'MambaForCausalLM'" in log
     assert "spec.runtime: llmapi" in log
     assert image.commands() == []
@@ -329,7 +329,7 @@ def test_build_says_when_the_image_has_no_converter_script(image: FakeImage) -> 
     _, plan = prepared(image, "gpt2-medium")
     plan["exampleRoots"] = [str(image.root / "nowhere")]
     code, log = run_build(image, plan)
-    assert code == common.EXIT_NOT_FOUND, log
+    assert code == report.EXIT_NOT_FOUND, log
     assert "no convert_checkpoint.py for 'gpt'" in log
 
 
@@ -339,7 +339,7 @@ def test_build_reports_a_hub_auth_failure_naming_the_credentials(
 ) -> None:
     _, plan = prepared(image, "llama3-8b-awq")
     code, log = run_build(image, plan, FAKE_HF_STATUS=str(status))
-    assert code == common.EXIT_AUTH, log
+    assert code == report.EXIT_AUTH, log
     assert "refused access to hf://meta-llama/Meta-Llama-3.1-8B-Instruct" in log
     assert "spec.model.credentials" in log
     assert [c["call"] for c in image.calls("huggingface_hub")] == ["model_info"]
@@ -348,7 +348,7 @@ def test_build_reports_a_hub_auth_failure_naming_the_credentials(
 def test_build_reports_an_empty_token_naming_the_credentials(image: FakeImage) -> None:
     _, plan = prepared(image, "llama3-8b-awq")
     code, log = run_build(image, plan, token="")
-    assert code == common.EXIT_AUTH, log
+    assert code == report.EXIT_AUTH, log
     assert "token file" in log and "is empty" in log and "spec.model.credentials" in log
 
 
@@ -357,7 +357,7 @@ def test_build_refuses_when_the_visible_gpus_cannot_run_the_build_workers(
 ) -> None:
     _, plan = prepared(image, "llama2-7b-tp4")  # trtllm-build --workers 4
     code, log = run_build(image, plan, CUDA_VISIBLE_DEVICES="0,1")
-    assert code == common.EXIT_GPUS, log
+    assert code == report.EXIT_GPUS, log
     assert "needs 4 visible GPU(s) but this container sees 2 (CUDA_VISIBLE_DEVICES='0,1')" in log
     assert image.calls() == []  # before anything is downloaded
 
@@ -365,7 +365,7 @@ def test_build_refuses_when_the_visible_gpus_cannot_run_the_build_workers(
 def test_build_counts_gpus_with_nvidia_smi_without_cuda_visible_devices(image: FakeImage) -> None:
     _, plan = prepared(image, "llama2-7b-tp4")
     code, log = run_build(image, plan, FAKE_GPUS="3")
-    assert code == common.EXIT_GPUS, log
+    assert code == report.EXIT_GPUS, log
     assert "sees 3 (nvidia-smi -L)" in log
 
 
@@ -374,7 +374,7 @@ def test_build_with_fake_trtllm_tools_rejects_an_engine_whose_tp_differs_from_th
 ) -> None:
     _, plan = prepared(image, "gpt2-medium")
     code, log = run_build(image, plan, FAKE_ENGINE_TP="2")
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "has tp=2 pp=1 in its config.json but the plan asked for tp=1 pp=1" in log
     assert not (Path(plan["engineDir"]) / "artifact.json").exists()
 
@@ -383,7 +383,7 @@ def test_build_refuses_an_image_with_another_trtllm_version(image: FakeImage) ->
     _, plan = prepared(image, "llama3-8b-awq")
     image.set_trtllm_version("0.12.0")
     code, log = run_build(image, plan)
-    assert code == common.EXIT_VERSION, log
+    assert code == report.EXIT_VERSION, log
     assert "the image has TensorRT-LLM 0.12.0 but the plan was rendered for 0.13.0" in log
     assert image.calls() == []
 
@@ -391,7 +391,7 @@ def test_build_refuses_an_image_with_another_trtllm_version(image: FakeImage) ->
 def test_build_maps_a_full_disk_in_a_tool_to_the_no_space_exit_code(image: FakeImage) -> None:
     _, plan = prepared(image, "gpt2-medium")
     code, log = run_build(image, plan, FAKE_ENOSPC="convert_checkpoint.py")
-    assert code == common.EXIT_NO_SPACE, log
+    assert code == report.EXIT_NO_SPACE, log
     assert "convert ran out of disk space" in log
 
 
@@ -399,7 +399,7 @@ def test_build_checks_free_space_before_downloading(image: FakeImage) -> None:
     _, plan = prepared(image, "gpt2-medium")
     huge = json.dumps({"config.json": 100, "model.safetensors": 2**60})
     code, log = run_build(image, plan, FAKE_HF_FILES=huge)
-    assert code == common.EXIT_NO_SPACE, log
+    assert code == report.EXIT_NO_SPACE, log
     assert "downloading hf://openai-community/gpt2-medium needs about" in log
     assert [c["call"] for c in image.calls("huggingface_hub")] == ["model_info"]
 
@@ -409,7 +409,7 @@ def test_build_from_a_local_source_checks_the_directory(image: FakeImage) -> Non
     weights = Path(plan["weightsDir"])
     plan["steps"][0] = {"name": "download", "kind": "local", "localDir": str(weights)}
     code, log = run_build(image, plan)
-    assert code == common.EXIT_NOT_FOUND, log
+    assert code == report.EXIT_NOT_FOUND, log
     assert f"model directory {weights} does not exist or has none of config.json" in log
 
     weights.mkdir(parents=True)
@@ -421,7 +421,7 @@ def test_build_from_a_local_source_checks_the_directory(image: FakeImage) -> Non
 
 def test_build_rejects_a_plan_of_another_version(image: FakeImage) -> None:
     code, log = run_build(image, {"version": 2, "steps": []})
-    assert code == common.EXIT_INVALID
+    assert code == report.EXIT_INVALID
     assert "unsupported plan version 2" in log
 
 
@@ -487,10 +487,10 @@ def test_repository_step_replaces_a_directory_with_other_content(image: FakeImag
 @pytest.mark.parametrize(
     ("artifact", "code", "message"),
     [
-        (None, common.EXIT_NOT_FOUND, "artifact.json does not exist"),
-        ({**GOOD_ARTIFACT, "tensorParallel": 2}, common.EXIT_MISMATCH,
+        (None, report.EXIT_NOT_FOUND, "artifact.json does not exist"),
+        ({**GOOD_ARTIFACT, "tensorParallel": 2}, report.EXIT_MISMATCH,
          "was built with tp=2 pp=1 but this repository is for tp=1 pp=1"),
-        ({**GOOD_ARTIFACT, "trtllmVersion": "1.1.0"}, common.EXIT_VERSION,
+        ({**GOOD_ARTIFACT, "trtllmVersion": "1.1.0"}, report.EXIT_VERSION,
          "was built with TensorRT-LLM 1.1.0 but this repository is for 1.2.1"),
     ],
 )
@@ -520,7 +520,7 @@ def test_build_refuses_a_cached_engine_changed_since_its_build(image: FakeImage)
     assert run_build(image, plan)[0] == 0
     (Path(plan["engineDir"]) / "rank0.engine").write_bytes(b"fake engin3")  # same size
     code, log = run_build(image, plan)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "was changed after its build (rank0.engine has another sha256" in log
     assert "kubectl delete tllme" in log
 
@@ -553,6 +553,6 @@ def test_build_with_architecture_auto_refuses_a_converter_that_lacks_a_flag(
 ) -> None:
     plan = _auto_kv_fp8_plan(image)
     code, log = run_build(image, plan, FAKE_ARCH="GPT2LMHeadModel")
-    assert code == common.EXIT_NO_CONVERTER, log
+    assert code == report.EXIT_NO_CONVERTER, log
     assert "gpt/convert_checkpoint.py of TensorRT-LLM 1.2.1 has no --fp8_kv_cache" in log
     assert image.commands() == []

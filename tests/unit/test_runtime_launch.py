@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
-from tests.helpers import render_example
+from tests.helpers import free_port, render_example
 from tritonllm.render.mpi import ssh_key_pairs
 from tritonllm.runtime import build as build_module
-from tritonllm.runtime import common, launch, ssh, verified
+from tritonllm.runtime import engine_files, launch, probes, report, ssh, verified
 from tritonllm.triton.launch import MpiSsh, rsh_agent
 
 __all__ = ["image", "pyz"]  # fixtures
@@ -51,7 +51,7 @@ def make_engine(plan: dict[str, Any], *, tp: int | None = None, pp: int | None =
         (engine / f"rank{r}.engine").write_bytes(b"fake engine")
     artifact = {"engineKey": plan["engineKey"], "tensorParallel": tp, "pipelineParallel": pp,
                 "trtllmVersion": version or plan["trtllmVersion"], "gpuProduct": gpu,
-                "files": common.engine_checksums(engine)}
+                "files": engine_files.engine_checksums(engine)}
     (engine / "artifact.json").write_text(json.dumps(artifact))
 
 
@@ -109,7 +109,7 @@ def test_launch_with_fake_mpirun_forwards_sigterm_for_a_graceful_drain(image: Fa
 def test_launch_refuses_an_engine_whose_world_size_differs(image: FakeImage) -> None:
     _, path = ready(image, "gpt2-medium", tp=2)
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "built for tp=2 x pp=1 = 2 ranks but this deployment runs world size 1" in log
     assert image.calls("mpirun") == []
 
@@ -119,14 +119,14 @@ def test_launch_refuses_an_engine_config_that_disagrees_with_its_artifact(
 ) -> None:
     _, path = ready(image, "llama2-7b-tp4", config_tp=2)
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "config.json says tp=2 pp=1 but artifact.json says tp=4 pp=1" in log
 
 
 def test_launch_refuses_an_engine_built_by_another_trtllm_version(image: FakeImage) -> None:
     _, path = ready(image, "llama3-8b-awq", version="0.12.0")
     code, log = run_launch(image, path)
-    assert code == common.EXIT_VERSION, log
+    assert code == report.EXIT_VERSION, log
     assert "built with TensorRT-LLM 0.12.0 but this image has 0.13.0" in log
     assert image.calls("mpirun") == []
     code, log = run_launch(image, path, TRITONLLM_SKIP_VERSION_CHECK="1")
@@ -136,7 +136,7 @@ def test_launch_refuses_an_engine_built_by_another_trtllm_version(image: FakeIma
 def test_launch_refuses_an_engine_built_on_another_gpu_product(image: FakeImage) -> None:
     _, path = ready(image, "gpt2-medium", gpu="NVIDIA H200")  # this pod: the fake H100
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert ("the engine was built on NVIDIA H200 but this pod runs on NVIDIA H100 80GB HBM3"
             in log)
     assert "nvidia.com/gpu.product=NVIDIA-H200" in log
@@ -144,7 +144,7 @@ def test_launch_refuses_an_engine_built_on_another_gpu_product(image: FakeImage)
     assert image.calls("mpirun") == []
 
 
-@pytest.mark.parametrize("built", [common.product_label(GPU_NAME), GPU_NAME, None])
+@pytest.mark.parametrize("built", [probes.product_label(GPU_NAME), GPU_NAME, None])
 def test_launch_accepts_an_engine_of_this_gpu_product(image: FakeImage, built: str | None) -> None:
     """nvidia-smi's name or its label form; an artifact without a product is not refused."""
     _, path = ready(image, "gpt2-medium", gpu=built)
@@ -158,13 +158,13 @@ def test_launch_refuses_a_missing_engine(image: FakeImage) -> None:
     plan, path = ready(image, "gpt2-medium")
     (Path(plan["engineDir"]) / "artifact.json").unlink()
     code, log = run_launch(image, path)
-    assert code == common.EXIT_NOT_FOUND, log
+    assert code == report.EXIT_NOT_FOUND, log
 
 
 def test_launch_refuses_without_the_gpus_of_the_pod(image: FakeImage) -> None:
     _, path = ready(image, "llama2-7b-tp4")
     code, log = run_launch(image, path, FAKE_GPUS="2")
-    assert code == common.EXIT_GPUS, log
+    assert code == report.EXIT_GPUS, log
     assert "this serving pod needs 4 visible GPU(s) but this container sees 2" in log
 
 
@@ -211,7 +211,7 @@ def test_launch_gives_up_waiting_for_the_repository(image: FakeImage) -> None:
     plan, path = ready(image, "gpt2-medium")
     Path(plan["modelRepository"]).rmdir()
     code, log = run_launch(image, path, TRITONLLM_WAIT_TIMEOUT="0.5")
-    assert code == common.EXIT_TIMEOUT, log
+    assert code == report.EXIT_TIMEOUT, log
     assert "did not appear within" in log and "model-repository Job" in log
 
 
@@ -232,7 +232,7 @@ def test_launch_rejects_a_mode_that_does_not_fit_the_plan(
 ) -> None:
     _, path = ready(image, name)
     code, log = run_launch(image, path, mode=mode)
-    assert code == common.EXIT_INVALID, log
+    assert code == report.EXIT_INVALID, log
 
 
 # --- multi node: the SSH bootstrap -----------------------------------------------------------
@@ -317,9 +317,9 @@ def test_leader_gives_up_on_unreachable_workers(
     use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="2",
                   TRITONLLM_WORKER_WAIT_TIMEOUT="0.5")
     monkeypatch.setattr(ssh, "probe", lambda host, port: None)
-    with pytest.raises(common.Failure) as exc:
+    with pytest.raises(report.Failure) as exc:
         launch.execute("leader", plan)
-    assert exc.value.code == common.EXIT_TIMEOUT
+    assert exc.value.code == report.EXIT_TIMEOUT
     assert f"{MULTI}-0-1.{MULTI}.default:2222" in exc.value.message
 
 
@@ -328,15 +328,15 @@ def test_leader_refuses_a_group_of_the_wrong_size(
 ) -> None:
     plan, _ = multi_plan(image, secret)
     use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=LEADER_ADDRESS, LWS_GROUP_SIZE="3")
-    with pytest.raises(common.Failure) as exc:
+    with pytest.raises(report.Failure) as exc:
         launch.execute("leader", plan)
-    assert exc.value.code == common.EXIT_MISMATCH
+    assert exc.value.code == report.EXIT_MISMATCH
 
 
 def test_worker_hosts_follow_the_lws_naming() -> None:
     env = {"LWS_LEADER_ADDRESS": "big-3.big.ns", "LWS_GROUP_SIZE": "4"}
     assert ssh.worker_hosts(env, 4) == ["big-3-1.big.ns", "big-3-2.big.ns", "big-3-3.big.ns"]
-    with pytest.raises(common.Failure):
+    with pytest.raises(report.Failure):
         ssh.worker_hosts({}, 2)
 
 
@@ -369,16 +369,10 @@ def test_worker_says_when_the_image_has_no_sshd(
     (image.bin / "sshd").unlink()
     monkeypatch.setenv("PATH", str(image.bin))
     monkeypatch.setattr(ssh, "SSHD_FALLBACKS", (str(image.root / "usr/sbin/sshd"),))
-    with pytest.raises(common.Failure) as exc:
+    with pytest.raises(report.Failure) as exc:
         ssh.find_sshd()
-    assert exc.value.code == common.EXIT_NOT_FOUND
+    assert exc.value.code == report.EXIT_NOT_FOUND
     assert "sshd not found in this image" in exc.value.message
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs OpenSSH's sshd installed")
@@ -486,7 +480,7 @@ def test_launch_refuses_a_tampered_engine(image: FakeImage, tamper: Any, says: s
     assert run_launch(image, path)[0] == 0  # as built: accepted
     tamper(Path(plan["engineDir"]))
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert f"was changed after its build ({says}" in log, log
     assert "refusing to serve it" in log and not image.calls("mpirun")[1:]
 
@@ -498,7 +492,7 @@ def test_launch_refuses_an_engine_without_checksums(image: FakeImage) -> None:
     del artifact["files"]
     artifact_path.write_text(json.dumps(artifact))
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "records no checksums of the engine files" in log and not image.calls("mpirun")
 
 
@@ -634,11 +628,11 @@ def test_root_sshd_without_capabilities_answers_but_refuses_logins_so_the_leader
             assert time.monotonic() < deadline and proc.poll() is None, "no banner"
             time.sleep(0.1)
         check = ssh.LoginCheck(agent)
-        with pytest.raises(common.Failure) as exc:
+        with pytest.raises(report.Failure) as exc:
             ssh.wait_for_workers(["127.0.0.1"], port, 2, check=check, interval=0.2)
     finally:
         out = stop(proc)
-    assert exc.value.code == common.EXIT_TIMEOUT
+    assert exc.value.code == report.EXIT_TIMEOUT
     assert "no SSH login to the workers after 2s: 127.0.0.1:" in exc.value.message
     assert "login failed: ssh exited 255" in exc.value.message
     assert "chroot" in out  # sshd's own account of it
@@ -650,7 +644,7 @@ def test_root_worker_without_capabilities_is_refused_naming_run_as_user(
 ) -> None:
     proc = pod_worker(image, pod_root, secret, free_port(), None)
     out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == common.EXIT_INVALID, out
+    assert proc.returncode == report.EXIT_INVALID, out
     assert "sshd cannot start as root in this pod" in out
     assert "SYS_CHROOT, SETUID, SETGID" in out and "spec.podTemplate.runAsUser: 1000" in out
 
@@ -658,7 +652,7 @@ def test_root_worker_without_capabilities_is_refused_naming_run_as_user(
 def test_engine_files_hash_in_parallel_to_the_same_digests(tmp_path: Path) -> None:
     import hashlib
 
-    from tritonllm.runtime.common import files_sha256
+    from tritonllm.runtime.engine_files import files_sha256
 
     paths = []
     for rank in range(5):
@@ -678,7 +672,7 @@ def verified_line(log: str) -> str:
 
 
 def marker_of(plan: dict[str, Any]) -> Path:
-    _, digest = common.read_artifact(Path(plan["engineDir"]))
+    _, digest = engine_files.read_artifact(Path(plan["engineDir"]))
     return verified.marker_path(Path(plan["engineDir"]), digest)
 
 
@@ -688,7 +682,7 @@ def test_the_build_verifies_the_engine_once_and_serving_pods_skip_the_full_hash(
     plan, path = built(image, "llama2-7b-tp4")
     marker = marker_of(plan)
     assert marker.is_file()  # written by the build, next to the engine, keyed by the digest
-    _, digest = common.read_artifact(Path(plan["engineDir"]))
+    _, digest = engine_files.read_artifact(Path(plan["engineDir"]))
     for _ in range(2):  # every pod after it, too
         code, log = run_launch(image, path)
         assert code == 0, log
@@ -710,7 +704,7 @@ def test_an_engine_without_a_marker_is_hashed_in_full_and_the_time_is_logged(
         line = verified_line(log)
         assert "hashed=true" in line and "engine verified: 5 files, 0.00 GiB in " in line, line
         assert "full hash: no earlier verification of this artifact.json" in line
-    assert not (Path(plan["engineDir"]) / common.STATE_DIR).exists()
+    assert not (Path(plan["engineDir"]) / engine_files.STATE_DIR).exists()
 
 
 def test_a_file_altered_after_the_marker_is_hashed_and_refused_even_with_its_mtime_restored(
@@ -726,14 +720,14 @@ def test_a_file_altered_after_the_marker_is_hashed_and_refused_even_with_its_mti
     os.utime(rank1, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert rank1.stat().st_size == st.st_size and rank1.stat().st_mtime_ns == st.st_mtime_ns
     code, log = run_launch(image, path)
-    assert code == common.EXIT_MISMATCH, log
+    assert code == report.EXIT_MISMATCH, log
     assert "rank1.engine has another sha256 than the build recorded" in log
     assert not image.calls("mpirun")
 
 
 def test_a_rewritten_artifact_json_does_not_reuse_the_marker(image: FakeImage) -> None:
     plan, path = built(image, "llama2-7b-tp4")
-    artifact_path = Path(plan["engineDir"]) / common.ARTIFACT
+    artifact_path = Path(plan["engineDir"]) / engine_files.ARTIFACT
     artifact_path.write_text(json.dumps(json.loads(artifact_path.read_text())))  # other bytes
     code, log = run_launch(image, path)
     assert code == 0, log
@@ -763,22 +757,23 @@ def engine_dir(tmp_path: Path) -> tuple[Path, dict[str, Any], str]:
     (engine / "config.json").write_text("{}")
     for r in range(3):
         (engine / f"rank{r}.engine").write_bytes(bytes([r]) * 1000)
-    (engine / common.ARTIFACT).write_text(json.dumps({"files": common.engine_checksums(engine)}))
-    artifact, digest = common.read_artifact(engine)
-    names = common.engine_file_paths(engine)
+    checksums = engine_files.engine_checksums(engine)
+    (engine / engine_files.ARTIFACT).write_text(json.dumps({"files": checksums}))
+    artifact, digest = engine_files.read_artifact(engine)
+    names = engine_files.engine_file_paths(engine)
     verified.write_marker(engine, digest, verified.fingerprints(engine, names), by="build")
     return engine, artifact, digest
 
 
 def count_hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     hashed: list[Path] = []
-    real = common.file_sha256
+    real = engine_files.file_sha256
 
     def counting(path: Path) -> str:
         hashed.append(path)
         return real(path)
 
-    monkeypatch.setattr(common, "file_sha256", counting)
+    monkeypatch.setattr(engine_files, "file_sha256", counting)
     return hashed
 
 
@@ -823,7 +818,7 @@ def test_any_difference_from_the_marker_means_a_full_hash(
 def test_a_file_added_next_to_a_marked_engine_is_refused(tmp_path: Path) -> None:
     engine, artifact, digest = engine_dir(tmp_path)
     (engine / "plugin.so").write_bytes(b"\x7fELF")
-    with pytest.raises(common.Failure, match=r"plugin\.so not written by the build"):
+    with pytest.raises(report.Failure, match=r"plugin\.so not written by the build"):
         verified.verify_engine(engine, artifact, digest)
 
 
@@ -849,12 +844,12 @@ def test_the_build_writes_no_marker_when_a_file_changes_while_it_is_hashed(
                                 str(tmp_path / "w"), "tensorParallel": 1, "pipelineParallel": 1,
                                 "steps": []})
     build._write_artifact(1.0)
-    assert (engine / common.ARTIFACT).is_file()
-    assert not list((engine / common.STATE_DIR).glob("verified-*.json"))
+    assert (engine / engine_files.ARTIFACT).is_file()
+    assert not list((engine / engine_files.STATE_DIR).glob("verified-*.json"))
     monkeypatch.setattr(build_module, "engine_checksums", real)
     build._write_artifact(1.0)
-    _, digest = common.read_artifact(engine)
-    assert [p.name for p in (engine / common.STATE_DIR).glob("verified-*.json")] == [
+    _, digest = engine_files.read_artifact(engine)
+    assert [p.name for p in (engine / engine_files.STATE_DIR).glob("verified-*.json")] == [
         f"verified-{digest}.json"]
 
 
@@ -868,7 +863,7 @@ def _replace_same(path: Path) -> None:
 
 
 def _forge(engine: Path, edit: Any) -> None:
-    (marker,) = (engine / common.STATE_DIR).glob("verified-*.json")
+    (marker,) = (engine / engine_files.STATE_DIR).glob("verified-*.json")
     data = json.loads(marker.read_text())
     edit(data)
     marker.write_text(json.dumps(data))

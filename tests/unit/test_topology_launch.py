@@ -136,10 +136,10 @@ def test_only_triton_launch_builds_mpirun_command_lines() -> None:
 
 
 def test_runtime_reads_the_topology_from_the_plan() -> None:
-    from tritonllm.runtime import common
+    from tritonllm.runtime import files, report
 
     plan = rendered(8, 2).launch_plan
-    assert common.plan_topology(plan).ranks_per_node == 8
-    with pytest.raises(common.Failure) as exc:
-        common.plan_topology({k: v for k, v in plan.items() if k != "ranksPerNode"})
-    assert exc.value.code == common.EXIT_INVALID
+    assert files.plan_topology(plan).ranks_per_node == 8
+    with pytest.raises(report.Failure) as exc:
+        files.plan_topology({k: v for k, v in plan.items() if k != "ranksPerNode"})
+    assert exc.value.code == report.EXIT_INVALID

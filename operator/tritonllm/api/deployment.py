@@ -305,8 +305,8 @@ def _tool_errors(spec: TritonLLMDeploymentSpec, version: TrtllmVersion) -> list[
         d: converter_problems(
             CONVERTERS[d],
             version,
-            tp=spec.engine.parallelism.tensor,
-            pp=spec.engine.parallelism.pipeline,
+            tp=spec.topology.tensor,
+            pp=spec.topology.pipeline,
             weight_only=q.format in ("int8_wo", "int4_wo"),
             kv=q.kvCacheDtype,
         )

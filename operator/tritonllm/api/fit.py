@@ -29,6 +29,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from .topology import world_size
+
 GIB = 2**30
 MIB = 2**20
 # CUDA context, cuBLAS workspace, NCCL buffers and the TensorRT-LLM runtime's own buffers: an
@@ -276,7 +278,7 @@ def compute(arch: Architecture, req: Request, memory: int, tensor: int, pipeline
     workspace = req.max_num_tokens * per_token + logits + RUNTIME_OVERHEAD
     kv_bytes = 1 if req.kv_dtype in ("int8", "fp8") else act
     kv = 2 * stage_layers * math.ceil(arch.kv_heads / tensor) * arch.head_dim * kv_bytes
-    nodes = max(1, tensor * pipeline // per_node)
+    nodes = max(1, world_size(tensor, pipeline) // per_node)
     return Fit(tensor, pipeline, nodes, memory, weights, workspace, kv, req.fraction, req.tokens)
 
 
@@ -305,7 +307,7 @@ def candidates(arch: Architecture, per_node: int) -> list[tuple[int, int]]:
     out = []
     for tensor in range(1, per_node + 1):
         for pipeline in range(1, 65):
-            world = tensor * pipeline
+            world = world_size(tensor, pipeline)
             if world > 64 or shape_problems(arch, tensor, pipeline):
                 continue
             if world > per_node and (world % per_node or per_node % tensor):

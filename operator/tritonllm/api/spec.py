@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
 from . import constants as c
 from .base import ApiModel, Rule
-from .topology import Topology
+from .topology import Topology, world_size
 
 # --- reusable field types -------------------------------------------------------------------
 
@@ -377,7 +377,7 @@ class Parallelism(ApiModel):
 
     @property
     def world_size(self) -> int:
-        return self.tensor * self.pipeline
+        return world_size(self.tensor, self.pipeline)
 
 
 class BuildLimits(ApiModel):

@@ -34,6 +34,12 @@ _WIRE = {
 }
 
 
+def world_size(tensor: int, pipeline: int) -> int:
+    """MPI ranks (GPUs) of one replica: tensor x pipeline parallelism (the only place it is
+    computed: the spec, the topology, the fit planner and the in-pod engine check call this)."""
+    return tensor * pipeline
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     """How one replica of a deployment is laid out on GPUs, pods and nodes."""
@@ -48,7 +54,7 @@ class Topology:
 
     @classmethod
     def derive(cls, *, tensor: int, pipeline: int, gpus_per_node: int, runtime: str) -> Topology:
-        world = tensor * pipeline
+        world = world_size(tensor, pipeline)
         multi = runtime == "engine" and world > gpus_per_node
         pods = world // gpus_per_node if multi else 1
         gpus = gpus_per_node if multi else world

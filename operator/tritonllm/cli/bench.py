@@ -300,8 +300,8 @@ def write_configmap(name: str, namespace: str, report: dict[str, Any]) -> str:
     body = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": cm_name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "tritonllm-bench",
-                                "tritonllm.io/deployment": name},
+                     "labels": {c.LABEL_MANAGED_BY: "tritonllm-bench",
+                                c.LABEL_DEPLOYMENT: name},
                      "ownerReferences": [{"apiVersion": c.API_VERSION, "kind": c.KIND,
                                           "name": name, "uid": owner["metadata"]["uid"]}]},
         "data": {"results.json": json.dumps(report, indent=2), "table": table(report["levels"])},

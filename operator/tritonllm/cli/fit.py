@@ -65,8 +65,8 @@ def report(doc: dict[str, Any], product: str | None, config: dict[str, Any] | No
                          f"{', '.join(fit.GPUS)}")
     req = fit.request_from_spec(spec)
     chosen, tried = fit.choose(arch, req, memory, spec.gpu.perNode)
-    own = None if auto else fit.compute(arch, req, memory, spec.engine.parallelism.tensor,
-                                        spec.engine.parallelism.pipeline, spec.gpu.perNode)
+    own = None if auto else fit.compute(arch, req, memory, spec.topology.tensor,
+                                        spec.topology.pipeline, spec.gpu.perNode)
     rows = tried + ([own] if own and own.layout not in {f.layout for f in tried} else [])
     served = chosen if auto else own
     if served is not None and served.fits:

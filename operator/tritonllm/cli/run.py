@@ -223,5 +223,7 @@ async def _peering_ready(settings: OperatorSettings, kubeconfig: str | None) -> 
         )
 
 
-if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace()))
+if __name__ == "__main__":  # the flags as `tritonllm run` parses them
+    from tritonllm.cli.main import main
+
+    sys.exit(main(["run", *sys.argv[1:]]))

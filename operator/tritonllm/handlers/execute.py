@@ -1,4 +1,4 @@
-"""Carry out a Plan: the writes, in a fixed order, then the status and the Events.
+"""Carry out a Decision: the writes, in a fixed order, then the status and the Events.
 
 Order: finalizers, the MPI SSH Secret, applies (in apply order), creates of the engine key's
 build objects (their uids go into the engine record's status), owner references added to them,
@@ -19,8 +19,7 @@ from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.ownership import conflict_message, is_ours
-from tritonllm.plan.reconcile import Plan
+from tritonllm.plan import Decision, conflict_message, is_ours
 from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
@@ -111,7 +110,7 @@ async def execute(
     cache: Cache,
     body: Mapping[str, Any],
     dep: TritonLLMDeployment | None,
-    p: Plan,
+    p: Decision,
     logger: Logger,
     *,
     engine_key: str | None = None,
@@ -160,7 +159,7 @@ async def execute(
         logger.info("event %s %s: %s", type_, reason, message)
 
 
-async def _apply(kube: Kube, cache: Cache, p: Plan, ns: str, uid: str, logger: Logger) -> None:
+async def _apply(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger) -> None:
     for obj in p.apply:
         if obj.kind in CHECKED_KINDS:
             await _name_is_free(kube, cache, obj, uid, p.recorded)
@@ -205,7 +204,7 @@ RECORDED_AS = {"Job": "buildJobUid", "ConfigMap": "buildPlanUid"}
 
 
 async def _create(
-    kube: Kube, cache: Cache, p: Plan, ns: str, engine_key: str | None, logger: Logger
+    kube: Kube, cache: Cache, p: Decision, ns: str, engine_key: str | None, logger: Logger
 ) -> None:
     """Create the engine key's build objects (POST: a name someone took first is refused, never
     adopted) and record their uids in the engine record's status at once (should a later write
@@ -236,7 +235,7 @@ async def _create(
             p.engine_status = None  # written
 
 
-async def _add_owner(kube: Kube, p: Plan, dep: TritonLLMDeployment, logger: Logger) -> None:
+async def _add_owner(kube: Kube, p: Decision, dep: TritonLLMDeployment, logger: Logger) -> None:
     """This deployment's (non-controller) owner reference on the shared build objects."""
     ref = owner_references(dep, controller=False)[0]
     for api_version, kind, name in p.add_owner:
@@ -254,7 +253,7 @@ async def _mpi_secret(
     cache: Cache,
     body: Mapping[str, Any],
     dep: TritonLLMDeployment,
-    p: Plan,
+    p: Decision,
     logger: Logger,
 ) -> None:
     """Create the MPI key Secret and record its uid in the status at once (should a later write

@@ -14,7 +14,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from tritonllm.api import constants as c
 from tritonllm.api.status import PhaseTime
-from tritonllm.plan import phases
+from tritonllm.plan import EventNote, phases
 
 RECONCILES = Counter("tritonllm_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram("tritonllm_reconcile_duration_seconds", "Duration of a reconcile")
@@ -80,15 +80,15 @@ class PhaseHistory:
         self._recent: dict[str, list[float]] = {}
 
     def ended(self, old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]
-              ) -> list[tuple[str, str, str]]:
-        events = []
+              ) -> list[EventNote]:
+        events: list[EventNote] = []
         for phase in phases.newly_ended([PhaseTime.model_validate(p) for p in new], old):
             if phase.seconds is None:
                 continue
             history = self._recent.setdefault(phase.name, [])
             message = phases.slow(phase, history)
             if message:
-                events.append(("Warning", "PhaseSlow", message))
+                events.append(EventNote("Warning", "PhaseSlow", message))
             PHASE_SECONDS.labels(phase.name).observe(phase.seconds)
             history.append(phase.seconds)
             del history[: -self.KEEP]

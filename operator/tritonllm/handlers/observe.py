@@ -12,6 +12,7 @@ each; the two Secrets a deployment names (the user's token, the MPI keys) are re
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from typing import Any
@@ -20,23 +21,67 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
-from tritonllm.plan.gc import optional_refs
-from tritonllm.plan.observed import (
+from tritonllm.plan import (
     Observed,
+    PodTimes,
+    Stall,
+    is_cache_hit,
+    is_ours,
     job_failed,
     job_finished,
     job_running,
+    job_stall,
+    optional_refs,
+    record_status,
     serving_failure,
     unschedulable_message,
 )
-from tritonllm.plan.ownership import is_ours
-from tritonllm.plan.phases import PodTimes
-from tritonllm.plan.stalls import Stall, job_stall
-from tritonllm.render import Rendered, naming
+from tritonllm.render import Rendered, RenderOptions, naming
 
-from .cache import SCALED_OBJECTS_CRD, Cache, project_secret
+from .cache import POD_MONITORS_CRD, SCALED_OBJECTS_CRD, Cache, project_secret
 
 Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class BeforeRender:
+    """What a pass reads before it renders: the engine record, the serving workload and the
+    render options that they and the cluster decide."""
+
+    engine: Obj | None
+    workload: Obj | None
+    opts: RenderOptions
+
+
+def read_before_render(
+    cache: Cache, settings: OperatorSettings, dep: TritonLLMDeployment, engine_key: str
+) -> BeforeRender:
+    engine = cache.get(c.ENGINE_KIND, dep.namespace, engine_key)
+    workload = cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
+    recorded = record_status(engine)
+    opts = RenderOptions(
+        tools_image=settings.tools_image,
+        prometheus_url=settings.prometheus_url,
+        activator_image=settings.activator_image,
+        pod_monitors=cache.serves(POD_MONITORS_CRD),
+        engine_cached=is_cache_hit(recorded, dep.metadata.uid or ""),
+        observed_replicas=handover_replicas(dep, workload),
+        # the digests the build reported (the launch plan carries them to the serving pods)
+        engine_digest=recorded.digest if recorded.state == "Ready" else None,
+        engine_fingerprints=recorded.fingerprintDigest,
+    )
+    return BeforeRender(engine, workload, opts)
+
+
+def handover_replicas(dep: TritonLLMDeployment, workload: dict[str, Any] | None) -> int | None:
+    """The live replica count to keep in the workload's apply, while autoscaling and until the
+    autoscaler has written it once: server-side apply would otherwise drop a field only the
+    operator owned, and the count would fall back to 1. After that the apply leaves replicas
+    out, so the operator never writes a count an autoscaler owns."""
+    spec = (workload or {}).get("spec") or {}
+    if dep.spec.autoscaling is None or not spec.get("replicasOnlyOurs"):
+        return None
+    return int(spec["replicas"])
 
 
 async def observe(
@@ -45,14 +90,15 @@ async def observe(
     settings: OperatorSettings,
     dep: TritonLLMDeployment,
     r: Rendered,
+    before: BeforeRender,
     *,
-    engine: Obj | None,
-    workload: Obj | None,
     now: dt.datetime,
     pods: PodChecks,
     secrets: SecretChecks,
 ) -> Observed:
+    """Everything else the planner is given, read once the objects are rendered."""
     ns, spec = dep.namespace, dep.spec
+    engine, workload = before.engine, before.workload
     build_job = cache.get("Job", ns, r.build_job.name)
     repo_job = cache.get("Job", ns, r.repository_job.name)
     cred = spec.model.credentials

@@ -168,7 +168,7 @@ def _schedule_anchor(name: str, **_: Any) -> bool:
 @kopf.daemon("v1", "namespaces", when=_schedule_anchor, cancellation_timeout=1.0)
 async def resync(stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The schedule of every deployment (tritonllm.handlers.schedule): the next reconcile at the
-    time the last one asked for (Plan.requeue_after), else every resync period as a level-based
+    time the last one asked for (Decision.requeue_after), else every resync period as a level-based
     safety net. A kopf daemon, so that it runs only while this replica acts: kopf stops it when
     peering pauses the replica and starts it again (re-listing) when the replica resumes. Its
     life is therefore the replica's acting state (`tritonllm_operator_acting`, /healthz)."""

@@ -6,7 +6,7 @@ the current state from what the watches delivered (tritonllm.handlers.cache: no 
 it does not matter which event triggered it (level-based).
 
 When to look again without an event: every pass ends by scheduling the object's next reconcile
-(tritonllm.handlers.schedule), at the plan's `requeue_after` (a backoff running out, a build or
+(tritonllm.handlers.schedule), at the decision's `requeue_after` (a backoff running out, a build or
 rollout under way, a missing prerequisite) or else one resync period later; a failed pass is
 retried with a growing delay, capped at MAX_ERROR_REQUEUE_SECONDS (error_backoff_seconds). The
 pass that sees a deletion releases our finalizer; if that write fails, it is retried the same way
@@ -28,22 +28,26 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment, parse_deployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan.deletion import (
+from tritonllm.plan import (
     FINALIZER,
     UNSAFE_ENGINE_KEY,
+    Decision,
+    Observed,
     engine_to_forget,
+    plan,
     plan_deletion,
+    plan_failed,
+    plan_invalid,
+    record_status,
 )
-from tritonllm.plan.engine import is_cache_hit, record_status
-from tritonllm.plan.reconcile import Observed, Plan, plan, plan_failed, plan_invalid
 from tritonllm.render import RenderOptions, jobs, naming, render_all, rendered_problems, validate
 from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
-from .cache import POD_MONITORS_CRD, Cache
+from .cache import Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
-from .observe import PodChecks, SecretChecks, observe
+from .observe import PodChecks, SecretChecks, observe, read_before_render
 from .schedule import Schedule
 
 log = logging.getLogger("tritonllm.reconcile")
@@ -205,8 +209,6 @@ class Reconciler:
             await execute(self.kube, self.cache, body, None, decision, logger)
             self._record(body, decision.status)
             return decision.requeue_after
-        uid = body["metadata"].get("uid", "")
-        dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": uid})})
         key = naming.engine_key(dep)
         try:
             async with self._engine_guard(dep.namespace, key):
@@ -240,28 +242,15 @@ class Reconciler:
         key: str,
         now: dt.datetime,
         logger: Logger,
-    ) -> Plan:
-        uid = dep.metadata.uid or ""
-        engine = self.cache.get(c.ENGINE_KIND, dep.namespace, key)
-        workload = self.cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
-        recorded = record_status(engine)
-        opts = RenderOptions(
-            tools_image=self.settings.tools_image,
-            prometheus_url=self.settings.prometheus_url,
-            activator_image=self.settings.activator_image,
-            pod_monitors=self.cache.serves(POD_MONITORS_CRD),
-            engine_cached=is_cache_hit(recorded, uid),
-            observed_replicas=handover_replicas(dep, workload),
-            engine_digest=recorded.digest if recorded.state == "Ready" else None,
-            engine_fingerprints=recorded.fingerprintDigest,
-        )
-        rendered = render_all(dep, opts)
+    ) -> Decision:
+        before = read_before_render(self.cache, self.settings, dep, key)
+        rendered = render_all(dep, before.opts)
         too_big = rendered_problems(rendered)
         if too_big:
             raise InvalidDeployment(too_big)
         obs = await observe(
-            self.kube, self.cache, self.settings, dep, rendered,
-            engine=engine, workload=workload, now=now, pods=self._pods, secrets=self._secrets,
+            self.kube, self.cache, self.settings, dep, rendered, before,
+            now=now, pods=self._pods, secrets=self._secrets,
         )
         decision = plan(body, dep, rendered, obs)
         if decision.status is not None:
@@ -327,14 +316,3 @@ class Reconciler:
         elif key:
             logger.info("engine %s kept: other deployments use it", key)
         await self.kube.set_finalizers(body, finalizers)
-
-
-def handover_replicas(dep: TritonLLMDeployment, workload: dict[str, Any] | None) -> int | None:
-    """The live replica count to keep in the workload's apply, while autoscaling and until the
-    autoscaler has written it once: server-side apply would otherwise drop a field only the
-    operator owned, and the count would fall back to 1. After that the apply leaves replicas
-    out, so the operator never writes a count an autoscaler owns."""
-    spec = (workload or {}).get("spec") or {}
-    if dep.spec.autoscaling is None or not spec.get("replicasOnlyOurs"):
-        return None
-    return int(spec["replicas"])

@@ -1,6 +1,6 @@
 """When each deployment is reconciled next without a watch event: one timer queue for all.
 
-Every pass ends by setting its object's next time: the plan's `requeue_after` (a build backoff
+Every pass ends by setting its object's next time: the decision's `requeue_after` (a build backoff
 running out, a build or rollout under way, a missing prerequisite), else one resync period later
 (a failed pass: a growing delay). The queue is a heap of (time, key) with the current time per
 key beside it, so a new time replaces the old one in O(log N) and nothing is scanned.

@@ -28,7 +28,7 @@ from .conditions import Cond
 from .observed import JobObs, Obj, Observed, build_report
 from .ownership import owner_uids
 from .stalls import Context, Stall, explain
-from .writes import Plan, parse_time, rfc3339, want
+from .writes import Decision, ObjectRef, parse_time, rfc3339, want
 
 MAX_BUILD_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30
@@ -57,6 +57,7 @@ class EngineStep:
 
     status: TritonLLMEngineStatus
     condition: Cond  # EngineReady
+    cached: bool  # Ready and built for another deployment (is_cache_hit): reused, not built
     # The rendered launch plan carries the digest the record holds (False in the pass that
     # records it: the repository waits one pass, so that its plan names the digest).
     digest_rendered: bool = True
@@ -80,7 +81,13 @@ class EngineStep:
 
 
 def engine_step(
-    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed, *, uid: str, blocked: bool
+    p: Decision,
+    dep: TritonLLMDeployment,
+    rendered: Rendered,
+    obs: Observed,
+    *,
+    uid: str,
+    blocked: bool,
 ) -> EngineStep:
     """Engine record and build Job decisions."""
     if obs.engine is None and not blocked:
@@ -98,10 +105,9 @@ def engine_step(
     digest_rendered = rendered_digest == status.digest or dep.spec.runtime != "engine"
     if status.state == "Ready" and not digest_rendered:
         p.requeue(MIN_REQUEUE_SECONDS)  # the record's write brings a reconcile first, usually
-    return EngineStep(
-        status, _condition(dep, rendered, status, uid=uid, blocked=blocked, stall=stall),
-        digest_rendered,
-    )
+    cached = is_cache_hit(status, uid)
+    condition = _condition(dep, rendered, status, cached=cached, blocked=blocked, stall=stall)
+    return EngineStep(status, condition, cached, digest_rendered)
 
 
 def _what(dep: TritonLLMDeployment) -> str:
@@ -109,7 +115,7 @@ def _what(dep: TritonLLMDeployment) -> str:
 
 
 def _advance(
-    p: Plan,
+    p: Decision,
     dep: TritonLLMDeployment,
     rendered: Rendered,
     obs: Observed,
@@ -160,7 +166,7 @@ def _advance(
     )
 
 
-def _add_owner(p: Plan, rendered: Rendered, obs: Observed, uid: str) -> None:
+def _add_owner(p: Decision, rendered: Rendered, obs: Observed, uid: str) -> None:
     """Every deployment waiting for a build owns its Job and plan (not as their controller):
     deleting the one that started it must not garbage-collect a build others still wait for.
     The garbage collector drops the reference of a deployment that goes."""
@@ -171,11 +177,11 @@ def _add_owner(p: Plan, rendered: Rendered, obs: Observed, uid: str) -> None:
         (rendered.build_job, obs.build_job),
     ):
         if live is not None and uid not in owner_uids(live):
-            p.add_owner.append((obj.api_version, obj.kind, obj.name))
+            p.add_owner.append(ObjectRef(obj.api_version, obj.kind, obj.name))
 
 
 def _failed(
-    p: Plan, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
+    p: Decision, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
 ) -> TritonLLMEngineStatus:
     """A failed build Job: count it once, then back off, retry or give up."""
     last = status.lastFailure
@@ -200,7 +206,7 @@ def _failed(
         wait = backoff_seconds(attempts) - (obs.now - failed_at).total_seconds()
         if wait <= 0:
             # Retry: remove the failed Job; the next reconcile (soon) creates a fresh one.
-            p.delete.append(("batch/v1", "Job", name))
+            p.delete.append(ObjectRef("batch/v1", "Job", name))
             p.requeue(MIN_REQUEUE_SECONDS)
             message = f"retrying the {what} (attempt {attempts + 1})"
         else:
@@ -217,14 +223,13 @@ def _condition(
     rendered: Rendered,
     status: TritonLLMEngineStatus,
     *,
-    uid: str,
+    cached: bool,
     blocked: bool,
     stall: Stall | None = None,
 ) -> Cond:
     """EngineReady from the engine's state (and, while it builds, from what holds its pod)."""
     key = rendered.engine_key
     if status.state == "Ready":
-        cached = is_cache_hit(status, uid)
         message = f"engine {key} at {rendered.engine_dir}"
         message += " (reused from the cache)" if cached else ""
         return Cond(

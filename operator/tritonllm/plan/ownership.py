@@ -35,7 +35,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.engine import TritonLLMEngineStatus
 
 from .observed import Observed
-from .writes import Plan
+from .writes import Decision
 
 
 def controlled_by(live: Mapping[str, Any], uid: str) -> bool:
@@ -131,8 +131,9 @@ def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None
     )
 
 
-def conflicts(p: Plan, obs: Observed, uid: str, *, build_objects: Iterable[tuple[str, str]] = (),
-              ) -> list[str]:
+def conflicts(
+    p: Decision, obs: Observed, uid: str, *, build_objects: Iterable[tuple[str, str]] = ()
+) -> list[str]:
     """Messages for every object the deployment needs that is not its own: what the planner
     would apply, delete or read. `build_objects` ((kind, name) of the build Job and plan) are
     checked only while the engine is not Ready (a Ready engine's Job is never read again)."""

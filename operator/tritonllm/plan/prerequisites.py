@@ -14,11 +14,11 @@ from tritonllm.render import Rendered, autoscaling
 
 from .conditions import Cond
 from .observed import Observed
-from .writes import Plan
+from .writes import Decision
 
 
 def prerequisites_step(
-    p: Plan, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed
+    p: Decision, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed
 ) -> Cond | None:
     """Create the store if asked; the Degraded condition of the first missing prerequisite."""
     spec = dep.spec

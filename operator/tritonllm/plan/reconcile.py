@@ -54,13 +54,13 @@ from .status import (
     status_fields,
     summarise,
 )
-from .writes import Plan
+from .writes import Decision
 
 __all__ = [
     "FINALIZER",
     "MAX_BUILD_ATTEMPTS",
+    "Decision",
     "Observed",
-    "Plan",
     "backoff_seconds",
     "conflict_message",
     "is_ours",
@@ -72,9 +72,9 @@ __all__ = [
 ]
 
 
-def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed) -> Plan:
+def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed) -> Decision:
     """The next step for a valid deployment."""
-    p = Plan()
+    p = Decision()
     uid = body["metadata"].get("uid", "")
     p.recorded, copy_uids = trusted_build_uids(body, obs)
     # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
@@ -122,7 +122,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     return finish(body, p, conds, obs, fields=fields)
 
 
-def plan_invalid(body: Obj, error: InvalidDeployment, obs: Observed) -> Plan:
+def plan_invalid(body: Obj, error: InvalidDeployment, obs: Observed) -> Decision:
     """An object that slipped past the schema: say which field, touch nothing else."""
     message = "; ".join(str(e) for e in error.errors)
     fit_only = all(e.reason == r.DOES_NOT_FIT for e in error.errors)
@@ -138,14 +138,14 @@ def plan_failed(
     obs: Observed,
     *,
     progress: str = "stopped until the problem named by Degraded is fixed",
-) -> Plan:
+) -> Decision:
     """A reconcile that cannot go on: Degraded names the field or object and the fix, Progressing
     stops, the other conditions stay as they were; nothing else is written."""
     conds = [
         Cond(c.COND_DEGRADED, "True", reason, message),
         Cond(c.COND_PROGRESSING, "False", reason, progress),
     ]
-    p = finish(body, Plan(), conds, obs, fields={"reason": reason}, keep_others=True)
+    p = finish(body, Decision(), conds, obs, fields={"reason": reason}, keep_others=True)
     if reason == r.NAME_CONFLICT:  # the object in the way sends us no watch event when it goes
         p.requeue(BLOCKED_REQUEUE_SECONDS)
     return p

@@ -23,7 +23,7 @@ from tritonllm.render import Rendered
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed
 from .stalls import Context, Stall, explain
-from .writes import Plan, want
+from .writes import Decision, want
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ def recorded(body: Obj, dep: TritonLLMDeployment, rendered: Rendered) -> bool:
 
 
 def repository_step(
-    p: Plan,
+    p: Decision,
     dep: TritonLLMDeployment,
     rendered: Rendered,
     obs: Observed,

@@ -14,11 +14,11 @@ from tritonllm.render import Rendered
 
 from .conditions import Cond
 from .observed import Observed, WorkloadObs
-from .writes import Plan, want
+from .writes import Decision, want
 
 
 def serving_step(
-    p: Plan,
+    p: Decision,
     dep: TritonLLMDeployment,
     rendered: Rendered,
     obs: Observed,

@@ -23,11 +23,11 @@ from tritonllm.render import Rendered, naming
 
 from . import phases
 from .conditions import Cond, merge_conditions
-from .engine import EngineStep, is_cache_hit
+from .engine import EngineStep
 from .observed import JobObs, Obj, Observed, WorkloadObs
 from .repository import RepositoryStep
 from .stalls import refusal_reason
-from .writes import Plan, rfc3339
+from .writes import Decision, EventNote, rfc3339
 
 # While a build or a rollout is under way, look again this often even without a watch event.
 PROGRESS_REQUEUE_SECONDS = 30
@@ -137,7 +137,7 @@ def blocked_summary(blocked: Cond) -> Summary:
 
 
 def requeue_for(
-    p: Plan, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs, obs: Observed
+    p: Decision, engine: EngineStep, repo: RepositoryStep, workload: WorkloadObs, obs: Observed
 ) -> None:
     """Safety net while work is under way (the watch events usually come first); sooner while
     a Job's pod has not started (nothing announces why it does not)."""
@@ -170,15 +170,14 @@ def status_fields(
     obs: Observed,
 ) -> dict[str, Any]:
     """The status fields a valid deployment's reconcile decides (conditions aside)."""
-    par = dep.spec.engine.parallelism
-    uid = body["metadata"].get("uid", "")
+    par = dep.spec.topology
     current = EngineStatus(
         key=rendered.engine_key,
         path=rendered.engine_dir,
         trtllmVersion=str(dep.trtllm_version),
         tensorParallel=par.tensor,
         pipelineParallel=par.pipeline,
-        cached=engine.ready and is_cache_hit(engine.status, uid),
+        cached=engine.cached,
         buildJob=None if engine.ready else engine.status.buildJob,
     )
     fields: dict[str, Any] = {
@@ -217,13 +216,13 @@ def phase_fields(
 
 def finish(
     body: Obj,
-    p: Plan,
+    p: Decision,
     conds: list[Cond],
     obs: Observed,
     *,
     fields: dict[str, Any],
     keep_others: bool = False,
-) -> Plan:
+) -> Decision:
     """Merge conditions, build the status, and keep it only if something changed."""
     old = body.get("status") or {}
     generation = int(body["metadata"].get("generation") or 0)
@@ -271,9 +270,9 @@ def ready_condition(conds: list[Cond]) -> Cond:
     return Cond(c.COND_READY, "True", r.DEPLOYED, progressing.message)
 
 
-def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of the Event for each flip; the first "not yet" is not news."""
-    events = []
+def events_for(flips: list[tuple[Cond, str | None]]) -> list[EventNote]:
+    """The Event for each flip; the first "not yet" is not news."""
+    events: list[EventNote] = []
     for cond, prev in flips:
         if cond.type == c.COND_READY:  # a summary: the condition that flipped with it is the news
             continue
@@ -285,19 +284,19 @@ def events_for(flips: list[tuple[Cond, str | None]]) -> list[tuple[str, str, str
             and cond.reason != r.WAITING_FOR_ENGINE
         )
         message = cond.message or f"{cond.type} is {cond.status}"
-        events.append(("Warning" if bad else "Normal", cond.reason, message))
+        events.append(EventNote("Warning" if bad else "Normal", cond.reason, message))
     return events
 
 
 def stall_events(
     old: list[dict[str, Any]], new: list[Cond], flips: list[tuple[Cond, str | None]]
-) -> list[tuple[str, str, str]]:
+) -> list[EventNote]:
     """A Warning Event when a Job's pod is found stuck (EngineReady or RepositoryReady changes its
     reason to one of r.POD_STALLS): the condition stays False, so no flip would announce it."""
     flipped = {cond.type for cond, _ in flips}
     before = {x["type"]: x.get("reason") for x in old}
     return [
-        ("Warning", cond.reason, cond.message)
+        EventNote("Warning", cond.reason, cond.message)
         for cond in new
         if cond.type in (c.COND_ENGINE_READY, c.COND_REPOSITORY_READY)
         and cond.reason in r.POD_STALLS

@@ -1,18 +1,35 @@
-"""Plan: what one reconcile decided to write. The steps of the planner fill it in order."""
+"""Decision: what one reconcile decided to write. The steps of the planner fill it in order."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import Any, NamedTuple
 
 from tritonllm.render.manifest import Manifest, live_hash
 
 from .observed import Observed
 
 
+class ObjectRef(NamedTuple):
+    """A child object the decision names, in the deployment's namespace: what the executor adds
+    an owner reference to or deletes (a tuple, so it unpacks and compares as one)."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+class EventNote(NamedTuple):
+    """An Event the decision posts on the deployment (render.events builds the object)."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
 @dataclasses.dataclass
-class Plan:
+class Decision:
     """What to do now."""
 
     apply: list[Manifest] = dataclasses.field(default_factory=list)
@@ -20,16 +37,16 @@ class Plan:
     # the executor records each one's uid in the engine record's status (buildJobUid,
     # buildPlanUid), the only proof later passes accept that the operator created it.
     create: list[Manifest] = dataclasses.field(default_factory=list)
-    # Shared objects (apiVersion, kind, name) that get this deployment's owner reference added
-    # (not the controller's), so that they live as long as any deployment using them.
-    add_owner: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    # Shared objects that get this deployment's owner reference added (not the controller's), so
+    # that they live as long as any deployment using them.
+    add_owner: list[ObjectRef] = dataclasses.field(default_factory=list)
     # Uids of the shared objects the engine record says the operator created (deletable).
     recorded: frozenset[str] = frozenset()
-    delete: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    delete: list[ObjectRef] = dataclasses.field(default_factory=list)
     scale: tuple[str, str, int] | None = None  # (apiVersion, kind, replicas) of the workload
     engine_status: dict[str, Any] | None = None  # new TritonLLMEngine status, if changed
     status: dict[str, Any] | None = None  # new deployment status (wire form), if changed
-    events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    events: list[EventNote] = dataclasses.field(default_factory=list)
     # Reconcile again after this many seconds: a step is waiting for something that produces no
     # watch event (a backoff running out) or that should be looked at sooner than the resync.
     requeue_after: float | None = None
@@ -45,7 +62,7 @@ class Plan:
             self.requeue_after = seconds
 
 
-def want(p: Plan, obs: Observed, obj: Manifest) -> None:
+def want(p: Decision, obs: Observed, obj: Manifest) -> None:
     """Apply `obj` unless the live copy already carries its hash."""
     if live_hash(obs.live.get(obj.ref)) != obj.spec_hash:
         p.apply.append(obj.stamped())

@@ -134,7 +134,7 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         repository=repo_files,
         build_plan=bplan,
         launch_plan=keyed.launch_plan,
-        endpoint=serving.endpoint(dep, opts),
+        endpoint=serving.endpoint(dep),
         selector=naming.selector_string(dep),
     )
 

@@ -62,6 +62,8 @@ ACTIVATOR_HOLD_SECONDS = 600
 # UID of the haproxy user in the official haproxy image (and of our local build of it).
 ACTIVATOR_UID = 99
 ACTIVATOR_CONFIG_KEY = "haproxy.cfg"
+# The cluster's DNS domain in the activator's backend address (HAProxy resolves it itself).
+CLUSTER_DOMAIN = "cluster.local"
 # What a request held by the activator counts as in KEDA's activation trigger, per replica:
 # enough in-flight requests to fill one replica's batch bring the next one.
 ACTIVATOR_TARGET_PER_REPLICA = "8"
@@ -248,7 +250,7 @@ def activator_labels(dep: TritonLLMDeployment) -> dict[str, str]:
 def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
     """haproxy.cfg: HTTP and gRPC (h2c) to the backend Service, each request held while no
     serving pod is ready; Prometheus exporter and health on the stats port."""
-    backend = f"{backend_service_name(dep)}.{dep.namespace}.svc.{opts.cluster_domain}"
+    backend = f"{backend_service_name(dep)}.{dep.namespace}.svc.{CLUSTER_DOMAIN}"
     return "\n".join([
         "global",
         "  maxconn 4096",

@@ -54,7 +54,7 @@ from .pod import (
 )
 
 BUILD_BACKOFF_LIMIT = 2
-# tritonllm.runtime.common exit codes that mean "retrying cannot help" (docs/in-pod.md).
+# tritonllm.runtime.report exit codes that mean "retrying cannot help" (docs/in-pod.md).
 PERMANENT_EXIT_CODES = (2, 10, 11, 12, 13, 14, 15, 16)
 BUILD_DEADLINE_SECONDS = 6 * 3600
 # The build pod's private Hugging Face home (tools may cache there), on its scratch emptyDir.

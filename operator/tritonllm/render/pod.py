@@ -43,7 +43,6 @@ class RenderOptions:
     tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
     # The engine is already on the store (observed by the operator): pods start faster.
     engine_cached: bool = False
-    cluster_domain: str = "cluster.local"
     # Live replica count to keep when an autoscaler owns it (None: leave the field out).
     observed_replicas: int | None = None
     # Prometheus that KEDA's triggers query when the CR names none (TRITONLLM_PROMETHEUS_URL).

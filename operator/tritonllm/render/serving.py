@@ -55,7 +55,7 @@ STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
 STARTUP_BUDGET_COLD_SECONDS = 45 * 60
 
 
-def endpoint(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
+def endpoint(dep: TritonLLMDeployment) -> str:
     host = f"{naming.serving_name(dep)}.{dep.namespace}.svc"
     route = "generate_stream" if dep.spec.serving.streaming else "generate"
     model = "tensorrt_llm" if dep.spec.runtime == "llmapi" else "ensemble"

@@ -9,7 +9,10 @@ everything these entry points need into JSON plans, the topology and the complet
 included; they execute plans, they decide nothing about the CR. `tritonllm.runtime.pyz` packs
 exactly these modules into the zipapp the pods run.
 
-Modules: `common` (exit codes, logging, probes of the image and the GPUs), `build` (the build plan
-steps), `hub` (Hugging Face downloads), `repository` (the model-repository step), `launch` (the
-serving process), `ssh` (the multi-node bootstrap without `pods/exec`), `pyz` (builds the zipapp).
+Modules: `report` (exit codes, progress lines, the termination message), `files` (plans, JSON,
+free space), `children` (child processes and their signals), `probes` (the image's TensorRT-LLM
+version, the GPUs), `engine_files` (an engine directory: mapping, artifact.json, checksums, the one
+engine check), `verified` (the marker that spares a re-hash), `build` (the build plan steps), `hub`
+(Hugging Face downloads), `repository` (the model-repository step), `launch` (the serving process),
+`ssh` (the multi-node bootstrap without `pods/exec`), `pyz` (builds the zipapp).
 """

@@ -23,8 +23,26 @@ from pathlib import Path
 from typing import Any
 
 from . import hub, repository
-from .common import (
+from .children import mentions_enospc, run_child
+from .engine_files import (
     ARTIFACT,
+    STATE_DIR,
+    engine_checksums,
+    engine_file_paths,
+    engine_mapping,
+    read_artifact,
+)
+from .files import check_free_space, digest, dir_size, load_plan, read_json, write_json_atomic
+from .probes import (
+    gpu_product,
+    product_label,
+    require_gpus,
+    same_version,
+    trtllm_version,
+    version_check_skipped,
+    visible_gpus,
+)
+from .report import (
     EXIT_FAILED,
     EXIT_INVALID,
     EXIT_MISMATCH,
@@ -33,29 +51,9 @@ from .common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_VERSION,
-    STATE_DIR,
     Failure,
-    check_free_space,
-    digest,
-    dir_size,
-    engine_checksums,
-    engine_file_paths,
-    engine_mapping,
-    gpu_product,
-    load_plan,
     log,
-    mentions_enospc,
-    product_label,
-    read_artifact,
-    read_json,
-    require_gpus,
-    run_child,
     run_main,
-    same_version,
-    trtllm_version,
-    version_check_skipped,
-    visible_gpus,
-    write_json_atomic,
 )
 from .verified import fingerprints, report_engine, verify_engine, write_marker
 

@@ -17,13 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .common import (
-    EXIT_AUTH,
-    EXIT_NOT_FOUND,
-    Failure,
-    check_free_space,
-    log,
-)
+from .files import check_free_space
+from .report import EXIT_AUTH, EXIT_NOT_FOUND, Failure, log
 
 # Weight formats: only safetensors (preferred) or PyTorch pickles are read by the converters.
 SAFETENSORS = (".safetensors",)

@@ -5,15 +5,15 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
 
 - the model repository must exist (the repository Job renames it into place when complete; we
   wait for it, with progress lines, up to TRITONLLM_WAIT_TIMEOUT seconds);
-- engine runtime: the engine must pass the one engine check (common.check_engine: artifact.json
-  tp and pp are the plan's topology, the engine's own config.json agrees) and its TensorRT-LLM
-  version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the version); the
-  serving pod also refuses an engine built on another GPU product than its own (nvidia-smi) and
-  one whose files are not those artifact.json records (hashed in full unless the build's marker
-  for this artifact digest shows they have not changed: tritonllm.runtime.verified); and, when
-  the plan carries the engine digest the build reported to the operator, an artifact.json that
-  is not the reported one (exit 18, "engine digest mismatch"); the log says which, and how long
-  it took;
+- engine runtime: the engine must pass the one engine check (engine_files.check_engine:
+  artifact.json tp and pp are the plan's topology, the engine's own config.json agrees) and its
+  TensorRT-LLM version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the
+  version); the serving pod also refuses an engine built on another GPU product than its own
+  (nvidia-smi) and one whose files are not those artifact.json records (hashed in full unless the
+  build's marker for this artifact digest shows they have not changed: tritonllm.runtime.verified);
+  and, when the plan carries the engine digest the build reported to the operator, an
+  artifact.json that is not the reported one (exit 18, "engine digest mismatch"); the log says
+  which, and how long it took;
 - the pod must see the GPUs it is supposed to have.
 
 Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) exactly as rendered, as a
@@ -41,27 +41,20 @@ from typing import Any
 from tritonllm.api.topology import Topology
 
 from . import ssh
-from .common import (
+from .children import local_mpi_ranks, run_child
+from .engine_files import check_engine, read_artifact
+from .files import load_plan, plan_topology
+from .probes import gpu_product, product_label, require_gpus, trtllm_version, version_check_skipped
+from .report import (
     EXIT_INVALID,
     EXIT_MISMATCH,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_TIMEOUT,
     Failure,
-    check_engine,
-    gpu_product,
-    load_plan,
-    local_mpi_ranks,
     log,
-    plan_topology,
-    product_label,
-    read_artifact,
     report_failure,
-    require_gpus,
-    run_child,
     run_main,
-    trtllm_version,
-    version_check_skipped,
 )
 from .verified import check_reported, verify_anchored, verify_engine
 

@@ -6,7 +6,7 @@ or not at all: the copy goes to a hidden sibling first and is renamed into place
 within one filesystem). A content hash, kept in a top-level *file* of the repository (Triton treats
 every top-level directory as a model, files are ignored), makes reruns no-ops.
 
-Before copying, the engine must pass the one engine check (common.check_engine, the same the
+Before copying, the engine must pass the one engine check (engine_files.check_engine, the same the
 serving pods make): artifact.json exists (the build finished) and matches what the repository was
 rendered for, tp and pp (so world size = tp x pp holds at launch) and the TensorRT-LLM version (an
 engine only loads under the version that built it), and the engine's config.json agrees. This runs
@@ -23,7 +23,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .common import EXIT_NOT_FOUND, Failure, check_engine, log, plan_topology
+from .engine_files import check_engine
+from .files import plan_topology
+from .report import EXIT_NOT_FOUND, Failure, log
 
 CONTENT_MARKER = ".tritonllm-content"
 

@@ -44,14 +44,7 @@ from pathlib import Path
 
 from tritonllm.api import constants as c
 
-from .common import (
-    EXIT_INVALID,
-    EXIT_MISMATCH,
-    EXIT_NOT_FOUND,
-    EXIT_TIMEOUT,
-    Failure,
-    log,
-)
+from .report import EXIT_INVALID, EXIT_MISMATCH, EXIT_NOT_FOUND, EXIT_TIMEOUT, Failure, log
 
 CLIENT_KEY = c.MPI_SSH_CLIENT_KEY
 CLIENT_PUB = c.MPI_SSH_CLIENT_PUB

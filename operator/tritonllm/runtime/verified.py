@@ -1,8 +1,8 @@
 """Verify an engine once per artifact digest, not once per serving pod.
 
 Every serving pod refuses an engine whose files are not those its build recorded in artifact.json
-(common.verify_engine_files: every file read and hashed, about 20 s per 5 GB). The files do not
-change between pod starts, so the hash is done once per engine and remembered in a marker:
+(engine_files.verify_engine_files: every file read and hashed, about 20 s per 5 GB). The files do
+not change between pod starts, so the hash is done once per engine and remembered in a marker:
 
     <engineDir>/.tritonllm/verified-<sha256 of artifact.json>.json
     {"artifactDigest": "…", "verifiedAt": "…", "by": "build",
@@ -34,17 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import (
-    EXIT_TAMPERED,
-    STATE_DIR,
-    TERMINATION_LOG,
-    Failure,
-    digest,
-    engine_file_paths,
-    read_json,
-    verify_engine_files,
-    write_json_atomic,
-)
+from .engine_files import STATE_DIR, engine_file_paths, verify_engine_files
+from .files import digest, read_json, write_json_atomic
+from .report import EXIT_TAMPERED, TERMINATION_LOG, Failure
 
 MARKER_PREFIX = "verified-"
 MARKER_SCHEMA = 1
@@ -90,9 +82,9 @@ class Verified:
 
 
 def verify_engine(engine_dir: Path, artifact: dict[str, Any], artifact_digest: str) -> Verified:
-    """Refuse an engine whose files are not those artifact.json records (common.
-    verify_engine_files), unless the marker of this artifact digest shows they have not changed
-    since they were last hashed."""
+    """Refuse an engine whose files are not those artifact.json records
+    (engine_files.verify_engine_files), unless the marker of this artifact digest shows they have
+    not changed since they were last hashed."""
     started = time.monotonic()
     recorded = artifact.get("files")
     names = sorted(recorded) if isinstance(recorded, dict) else []

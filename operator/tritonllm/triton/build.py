@@ -76,7 +76,7 @@ def converter_argv(
     """convert_checkpoint.py in the dialect of `conv` at `version` (toolflags says which)."""
     e = spec.engine
     q = e.quantization
-    tp, pp = e.parallelism.tensor, e.parallelism.pipeline
+    tp, pp = spec.topology.tensor, spec.topology.pipeline
     argv = ["python3", "{converter}", *conv.fixed]
     argv += [conv.model_dir, weights_dir, conv.output_dir, checkpoint_dir, "--dtype", e.dtype]
     # Before parallel_since the script has no such options (admission allows only tp = pp = 1).
@@ -99,8 +99,8 @@ def _converter_refusal(
     problems = converter_problems(
         conv,
         version,
-        tp=e.parallelism.tensor,
-        pp=e.parallelism.pipeline,
+        tp=spec.topology.tensor,
+        pp=spec.topology.pipeline,
         weight_only=e.quantization.format in ("int8_wo", "int4_wo"),
         kv=e.quantization.kvCacheDtype,
     )
@@ -170,9 +170,9 @@ def quantize_step(
         "--calib_size",
         str(q.calibrationSize),
         "--tp_size",
-        str(e.parallelism.tensor),
+        str(spec.topology.tensor),
         "--pp_size",
-        str(e.parallelism.pipeline),
+        str(spec.topology.pipeline),
     ]
     if q.format in ("int4_awq", "w4a8_awq"):
         argv += ["--awq_block_size", str(q.awqBlockSize)]

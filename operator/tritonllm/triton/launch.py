@@ -23,7 +23,6 @@ world_size must equal the engine's tp x pp; the caller checks that before it get
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 from tritonllm.api import constants as c
 from tritonllm.api.topology import Topology
@@ -132,9 +131,7 @@ def rank_args(spec: LaunchSpec, rank: int) -> list[str]:
     return [*args, *spec.extra_args]
 
 
-def mpirun_argv(
-    spec: LaunchSpec, *, mpirun: str = MPIRUN, extra_mca: Sequence[str] = ()
-) -> list[str]:
+def mpirun_argv(spec: LaunchSpec, *, mpirun: str = MPIRUN) -> list[str]:
     """The full foreground command: ``mpirun ... -n 1 <rank 0> : -n 1 <rank 1> : ...``."""
     if spec.world_size < 1:
         raise ValueError("world_size must be >= 1")
@@ -144,8 +141,6 @@ def mpirun_argv(
     # socket above), and everything a rank starts inherits it: the HTTP/gRPC front end, the
     # backend's threads and the pre/postprocessing Python stubs of rank 0 would share one core.
     argv = [mpirun, "--allow-run-as-root", "--tag-output", "--bind-to", "none"]
-    for mca in extra_mca:
-        argv += ["--mca", *mca.split("=", 1)] if "=" in mca else ["--mca", mca]
     if spec.ssh is not None:
         # `--mca plm rsh`: the SSH launcher, whatever the image says. NGC's GPU images set
         # OMPI_MCA_plm=isolated (single node), with which mpirun refuses every other host of

@@ -285,101 +285,113 @@ def _model_source(name: str) -> str:
 def _engine_repository(
     dep: TritonLLMDeployment, f: Features, engine_dir: str, tokenizer_dir: str
 ) -> dict[str, str]:
+    """The engine runtime's models: preprocessing -> tensorrt_llm -> postprocessing, chained by
+    the ensemble (and by the BLS model when serving.bls asks for it)."""
     spec = dep.spec
-    serving = spec.serving
-    tok = spec.model.tokenizer
-    mbs = spec.engine.limits.maxBatchSize
     models: ModelSet = model_set(f, dtypes_for(spec, f))
-    trust = _flag(spec.model.trustRemoteCode)
+    files = {
+        f"{PREPROCESSING}/config.pbtxt": _dump(_preprocessing(spec, f, models, tokenizer_dir), f),
+        f"{PREPROCESSING}/1/model.py": _model_source("preprocessing"),
+        f"{TENSORRT_LLM}/config.pbtxt": _dump(_tensorrt_llm(spec, f, models, engine_dir), f),
+        f"{TENSORRT_LLM}/1/{KEEP_FILE}": "",
+        f"{POSTPROCESSING}/config.pbtxt": _dump(_postprocessing(spec, f, models, tokenizer_dir), f),
+        f"{POSTPROCESSING}/1/model.py": _model_source("postprocessing"),
+        f"{ENSEMBLE}/config.pbtxt": _dump(_ensemble(spec, models), f),
+        f"{ENSEMBLE}/1/{KEEP_FILE}": "",
+    }
+    if spec.serving.bls:
+        files[f"{BLS}/config.pbtxt"] = _dump(_bls(spec, models), f)
+        files[f"{BLS}/1/model.py"] = _model_source("tensorrt_llm_bls")
+    return files
 
-    pre = _config(
+
+def _preprocessing(
+    spec: TritonLLMDeploymentSpec, f: Features, models: ModelSet, tokenizer_dir: str
+) -> dict[str, pbtxt.Value]:
+    return _config(
         PREPROCESSING,
         models.preprocessing,
-        max_batch_size=mbs,
+        max_batch_size=spec.engine.limits.maxBatchSize,
         backend="python",
         dynamic_batching=_batcher(spec, queue_size=True)
         if f.preprocessing_dynamic_batching
         else None,
-        instances=serving.instances.preprocessing,
+        instances=spec.serving.instances.preprocessing,
         parameters={
             "tokenizer_dir": tokenizer_dir,
-            "add_special_tokens": _flag(tok.addSpecialTokens),
-            "trust_remote_code": trust,
+            "add_special_tokens": _flag(spec.model.tokenizer.addSpecialTokens),
+            "trust_remote_code": _flag(spec.model.trustRemoteCode),
         },
     )
-    trt = _config(
+
+
+def _tensorrt_llm(
+    spec: TritonLLMDeploymentSpec, f: Features, models: ModelSet, engine_dir: str
+) -> dict[str, pbtxt.Value]:
+    return _config(
         TENSORRT_LLM,
         models.tensorrt_llm,
-        max_batch_size=mbs,
+        max_batch_size=spec.engine.limits.maxBatchSize,
         backend="tensorrtllm",
-        decoupled=serving.streaming,
+        decoupled=spec.serving.streaming,
         dynamic_batching=_batcher(spec, queue_size=f.tensorrt_llm_queue_size),
         instances=1,
         parameters=tensorrt_llm_parameters(spec, f, engine_dir),
     )
-    post = _config(
+
+
+def _postprocessing(
+    spec: TritonLLMDeploymentSpec, f: Features, models: ModelSet, tokenizer_dir: str
+) -> dict[str, pbtxt.Value]:
+    return _config(
         POSTPROCESSING,
         models.postprocessing,
-        max_batch_size=mbs,
+        max_batch_size=spec.engine.limits.maxBatchSize,
         backend="python",
         dynamic_batching={} if f.postprocessing_dynamic_batching else None,
-        instances=serving.instances.postprocessing,
+        instances=spec.serving.instances.postprocessing,
         parameters={
             "tokenizer_dir": tokenizer_dir,
-            "skip_special_tokens": _flag(tok.skipSpecialTokens),
-            "trust_remote_code": trust,
+            "skip_special_tokens": _flag(spec.model.tokenizer.skipSpecialTokens),
+            "trust_remote_code": _flag(spec.model.trustRemoteCode),
         },
     )
-    ensemble = _config(
+
+
+def _ensemble(spec: TritonLLMDeploymentSpec, models: ModelSet) -> dict[str, pbtxt.Value]:
+    steps: list[pbtxt.Message] = [
+        {
+            "model_name": s.model,
+            "model_version": -1,
+            "input_map": [{"key": k, "value": v} for k, v in s.input_map.items()],
+            "output_map": [{"key": k, "value": v} for k, v in s.output_map.items()],
+        }
+        for s in models.steps
+    ]
+    return _config(
         ENSEMBLE,
         models.ensemble,
-        max_batch_size=mbs,
+        max_batch_size=spec.engine.limits.maxBatchSize,
         platform="ensemble",
-        extra={
-            "ensemble_scheduling": {
-                "step": [
-                    {
-                        "model_name": s.model,
-                        "model_version": -1,
-                        "input_map": [{"key": k, "value": v} for k, v in s.input_map.items()],
-                        "output_map": [{"key": k, "value": v} for k, v in s.output_map.items()],
-                    }
-                    for s in models.steps
-                ]
-            }
-        },
+        extra={"ensemble_scheduling": {"step": steps}},
     )
-    files = {
-        f"{PREPROCESSING}/config.pbtxt": _dump(pre, f),
-        f"{PREPROCESSING}/1/model.py": _model_source("preprocessing"),
-        f"{TENSORRT_LLM}/config.pbtxt": _dump(trt, f),
-        f"{TENSORRT_LLM}/1/{KEEP_FILE}": "",
-        f"{POSTPROCESSING}/config.pbtxt": _dump(post, f),
-        f"{POSTPROCESSING}/1/model.py": _model_source("postprocessing"),
-        f"{ENSEMBLE}/config.pbtxt": _dump(ensemble, f),
-        f"{ENSEMBLE}/1/{KEEP_FILE}": "",
-    }
-    if serving.bls:
-        # The BLS runs the ensemble's own steps (passed as JSON), so the two cannot drift.
-        pipeline = json.dumps(
-            [
-                {"model": s.model, "inputs": s.input_map, "outputs": s.output_map}
-                for s in models.steps
-            ],
-            separators=(",", ":"),
-        )
-        bls = _config(
-            BLS,
-            models.ensemble,
-            max_batch_size=mbs,
-            backend="python",
-            decoupled=serving.streaming,
-            instances=serving.instances.bls,
-            parameters={"pipeline": pipeline},
-        )
-        files[f"{BLS}/config.pbtxt"] = _dump(bls, f)
-        files[f"{BLS}/1/model.py"] = _model_source("tensorrt_llm_bls")
-    return files
+
+
+def _bls(spec: TritonLLMDeploymentSpec, models: ModelSet) -> dict[str, pbtxt.Value]:
+    """The BLS model runs the ensemble's own steps (passed as JSON), so the two cannot drift."""
+    pipeline = json.dumps(
+        [{"model": s.model, "inputs": s.input_map, "outputs": s.output_map} for s in models.steps],
+        separators=(",", ":"),
+    )
+    return _config(
+        BLS,
+        models.ensemble,
+        max_batch_size=spec.engine.limits.maxBatchSize,
+        backend="python",
+        decoupled=spec.serving.streaming,
+        instances=spec.serving.instances.bls,
+        parameters={"pipeline": pipeline},
+    )
 
 
 # --- llmapi ----------------------------------------------------------------------------------
@@ -431,8 +443,8 @@ def llmapi_config(
         "tokenizer": tokenizer_dir,
         "backend": "pytorch",
         "trust_remote_code": spec.model.trustRemoteCode,
-        "tensor_parallel_size": spec.engine.parallelism.tensor,
-        "pipeline_parallel_size": spec.engine.parallelism.pipeline,
+        "tensor_parallel_size": spec.topology.tensor,
+        "pipeline_parallel_size": spec.topology.pipeline,
         "max_batch_size": limits.maxBatchSize,
         "max_num_tokens": limits.maxNumTokens,
         "max_seq_len": limits.maxSeqLen,
