@@ -29,6 +29,7 @@ from bench.autoscaling import Load, burst, summary
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
+from tests.helpers import free_port
 from tritonllm.api import constants as c
 from tritonllm_dev import images
 from tritonllm_dev.autoscaling import AutoscalingStack
@@ -95,14 +96,17 @@ def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
         cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
                         "--timeout=240s", timeout=270)
+        # Prometheus scrapes the operator too (the dashboard's operator panels): its metrics
+        # port is chosen first. The stack starts first: its URL has its port only then.
+        metrics_port = free_port()
         stack = AutoscalingStack(cluster, recording_rules=RULES / "recording-rules.yaml",
-                                 adapter_rules=RULES / "adapter-rules.yaml")
-        settings = {"TRITONLLM_PROMETHEUS_URL": stack.prometheus_url,
-                    "TRITONLLM_ACTIVATOR_IMAGE": refs["activator"]}
-        with run_operator(cluster, ns, tmp, tools_image=refs["operator"], env=settings) as op:
-            # Prometheus scrapes the operator too (the dashboard's operator panels).
-            stack.operator_metrics = [f"127.0.0.1:{op.metrics_port}"]
-            with stack:
+                                 adapter_rules=RULES / "adapter-rules.yaml",
+                                 operator_metrics=[f"127.0.0.1:{metrics_port}"])
+        with stack:
+            settings = {"TRITONLLM_PROMETHEUS_URL": stack.prometheus_url,
+                        "TRITONLLM_ACTIVATOR_IMAGE": refs["activator"]}
+            with run_operator(cluster, ns, tmp, tools_image=refs["operator"], env=settings,
+                              metrics_port=metrics_port) as op:
                 yield Env(cluster, ns, stack, op, refs)
 
 

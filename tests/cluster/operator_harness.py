@@ -91,11 +91,12 @@ def run_operator(
     log_level: str = "INFO",
     env: dict[str, str] | None = None,
     leader_election: str | None = None,
+    metrics_port: int | None = None,
 ) -> Iterator[Operator]:
     """`tritonllm run` on `namespace` (with the cluster's admin kubeconfig unless given); pods
     on kwok nodes never pull `tools_image`, the real node's pull the operator image from the
-    local registry."""
-    metrics_port, health_port = free_port(), free_port()
+    local registry. `metrics_port`: a port chosen beforehand (a Prometheus scraping it)."""
+    metrics_port, health_port = metrics_port or free_port(), free_port()
     log = tmp / f"{tag}.log"
     args = [
         TRITONLLM,
