@@ -18,7 +18,8 @@ from typing import Any
 from .report import EXIT_NOT_FOUND, Failure
 
 ENOSPC_PATTERNS = ("No space left on device", "ENOSPC", "Disk quota exceeded")
-
+# What a kubelet's stop (and ^C) sends; the entry points handle both alike.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclasses.dataclass
@@ -37,8 +38,7 @@ def local_mpi_ranks(mpirun_pid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces or parens.
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            ppid = int(_stat_fields(entry / "stat")[1])
             if ppid != mpirun_pid:
                 continue
             environ = (entry / "environ").read_bytes().split(b"\0")
@@ -47,6 +47,31 @@ def local_mpi_ranks(mpirun_pid: int) -> list[int]:
         if any(v.startswith((b"OMPI_COMM_WORLD_RANK=", b"PMIX_RANK=")) for v in environ):
             ranks.append(int(entry.name))
     return sorted(ranks)
+
+
+def _stat_fields(stat: Path) -> list[str]:
+    """The fields of /proc/<pid>/stat after "pid (comm) ": state, ppid, ... (comm may hold
+    spaces or parens)."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its parent."""
+    try:
+        return _stat_fields(Path(f"/proc/{pid}/stat"))[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@contextlib.contextmanager
+def on_stop_signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """While active, SIGTERM and SIGINT go to `handler`; the previous handlers come back."""
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 @contextlib.contextmanager
@@ -70,12 +95,8 @@ def forward_signals(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with on_stop_signals(handler):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def run_child(

@@ -41,7 +41,7 @@ from typing import Any
 from tritonllm.api.topology import Topology
 
 from . import ssh
-from .children import local_mpi_ranks, run_child
+from .children import local_mpi_ranks, on_stop_signals, run_child, running
 from .engine_files import check_engine, read_artifact
 from .files import load_plan, plan_topology
 from .probes import gpu_product, product_label, require_gpus, trtllm_version, version_check_skipped
@@ -98,12 +98,8 @@ def stop_on_signal() -> Iterator[None]:
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with on_stop_signals(stop):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def execute(mode: str, plan: dict[str, Any]) -> int:
@@ -207,22 +203,13 @@ class GroupDrain:
 
     def _end_after(self, mpirun_pid: int, ranks: list[int]) -> None:
         deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline and any(map(_running, ranks)):
+        while time.monotonic() < deadline and any(map(running, ranks)):
             time.sleep(self.POLL_SECONDS)
-        if _running(mpirun_pid):
+        if running(mpirun_pid):
             log("launch", "drain", ended="group", to="mpirun")
             self.ended = True
             with contextlib.suppress(ProcessLookupError):
                 os.kill(mpirun_pid, signal.SIGTERM)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie waiting for its parent."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def wait_for_repository(repo: Path, timeout: float) -> None:
