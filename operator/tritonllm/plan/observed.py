@@ -118,15 +118,21 @@ def termination_message(pods: Sequence[Obj]) -> str:
     terminationMessagePolicy FallbackToLogsOnError), redacted of secrets and shortened."""
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True):
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term and term.get("exitCode", 0) != 0:
-                msg = (term.get("message") or "").strip()
-                code = term.get("exitCode")
-                head = f"container {cs.get('name')} exited with code {code}"
-                reason = term.get("reason")
-                head += f" ({reason})" if reason else ""
-                return f"{head}: {log_tail(msg)}" if msg else head
+            said = _exited(cs, (cs.get("state") or {}).get("terminated") or {})
+            if said:
+                return said
     return ""
+
+
+def _exited(cs: Obj, term: Obj) -> str | None:
+    """`container C exited with code N (reason): <termination message>` for a terminated state
+    with an error; None for a running container or a status 0."""
+    if not term or term.get("exitCode", 0) == 0:
+        return None
+    head = f"container {cs.get('name')} exited with code {term.get('exitCode')}"
+    head += f" ({term['reason']})" if term.get("reason") else ""
+    msg = (term.get("message") or "").strip()
+    return f"{head}: {log_tail(msg)}" if msg else head
 
 
 def build_report(job: Obj | None, pods: Sequence[Obj]) -> dict[str, str]:
@@ -167,13 +173,9 @@ def serving_failure(pod: Obj) -> str | None:
     deleting = bool(pod["metadata"].get("deletionTimestamp"))
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         for state in (None if deleting else cs.get("state"), cs.get("lastState")):
-            term = (state or {}).get("terminated") or {}
-            if term and term.get("exitCode", 0) != 0:
-                msg = (term.get("message") or "").strip()
-                head = f"pod {pod['metadata'].get('name')}: container {cs.get('name')} exited"
-                head += f" with code {term.get('exitCode')}"
-                head += f" ({term['reason']})" if term.get("reason") else ""
-                return f"{head}: {log_tail(msg)}" if msg else head
+            said = _exited(cs, (state or {}).get("terminated") or {})
+            if said:
+                return f"pod {pod['metadata'].get('name')}: {said}"
     return None
 
 
