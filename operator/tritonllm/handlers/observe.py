@@ -163,6 +163,12 @@ async def _failed_pods(
     return await kube.list("v1", "Pod", namespace, labels={"job-name": job["metadata"]["name"]})
 
 
+def _all_ready(workload: Obj) -> bool:
+    """Every replica the workload asks for is ready."""
+    desired = (workload.get("spec") or {}).get("replicas", 1)
+    return bool((workload.get("status") or {}).get("readyReplicas", 0) >= desired)
+
+
 class PodChecks:
     """The scheduler's complaint about a deployment's serving pods, looked up at most once per
     RECHECK_SECONDS while its rollout is not done (every status change of a rolling workload
@@ -230,9 +236,7 @@ class PodChecks:
         """The last serving failure while the workload has replicas not ready; forgotten once
         every replica is ready."""
         key = (dep.namespace, dep.name)
-        desired = ((workload or {}).get("spec") or {}).get("replicas", 1)
-        ready = ((workload or {}).get("status") or {}).get("readyReplicas", 0)
-        if workload is not None and ready >= desired:
+        if workload is not None and _all_ready(workload):
             self._failed.pop(key, None)
             return None
         found = self._failed.get(key)
@@ -267,9 +271,7 @@ class PodChecks:
         self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None
     ) -> str | None:
         key = (dep.namespace, dep.name)
-        desired = ((workload or {}).get("spec") or {}).get("replicas", 1)
-        ready = ((workload or {}).get("status") or {}).get("readyReplicas", 0)
-        if workload is None or ready >= desired:
+        if workload is None or _all_ready(workload):
             self._last.pop(key, None)
             return None
         now = time.monotonic()
