@@ -108,6 +108,8 @@ def test_startup_budget_depends_on_cached_engine(cached: bool, budget: int) -> N
     d = render_all(dep(), RenderOptions(engine_cached=cached)).one("Deployment")
     probe = container(d)["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] == budget
+    # Asked often: its period is latency between tritonserver ready and a Ready pod.
+    assert probe["periodSeconds"] == 2
     assert probe["httpGet"]["path"] == "/v2/health/ready"
     assert container(d)["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
 
