@@ -54,6 +54,8 @@ class World:
             engine = {**engine, "status": self.engine_status}
         # as tritonllm.handlers.observe reads them: what is rendered, and what should go
         refs = {o.ref for o in r.objects} | {(k, n) for _, k, n in optional_refs(self.dep())}
+        if r.verify_workload is not None:
+            refs.add(r.verify_workload.ref)
         live = {
             k: v
             for k, v in self.objects.items()
@@ -88,6 +90,10 @@ class World:
             unschedulable=self.obs.get("unschedulable"),
             pods_refused=self.obs.get("pods_refused"),
             serving_failure=self.obs.get("serving_failure"),
+            verify_workload=get(workload["kind"], f"{workload['metadata']['name']}-verify")
+            if workload else None,
+            verify_failure=self.obs.get("verify_failure"),
+            smoke=self.obs.get("smoke"),
         )
 
     def step(self, opts: RenderOptions | None = None) -> Decision:

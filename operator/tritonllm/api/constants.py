@@ -37,6 +37,9 @@ APP_NAME: Final = "tritonllm"
 
 COMPONENT_SERVER: Final = "server"
 COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
+# The verification pod (multi-node: its group's leader) of a revision under a verified rollout:
+# not selected by the Service, so it takes no client traffic (docs/rollout.md).
+COMPONENT_VERIFY: Final = "verify"
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
 COMPONENT_CLEANUP: Final = "engine-cleanup"  # removes an engine's files (engineRetention Delete)
@@ -45,6 +48,8 @@ COMPONENT_STORE: Final = "model-store"
 # --- annotations --------------------------------------------------------------------------
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"
+# On a serving pod template: the revision it renders (a hash of the template without this key).
+ANNOTATION_REVISION: Final = f"{GROUP}/revision"
 
 # Pod label and annotation keys that only the operator writes: which engine and repository a pod
 # runs (read back from the workload's pod template), the spec hash of an object and the engine's
@@ -55,6 +60,7 @@ OPERATOR_POD_KEYS: Final = (
     LABEL_DEPLOYMENT,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_TRTLLM_VERSION,
+    ANNOTATION_REVISION,
 )
 
 # --- well-known Kubernetes keys -----------------------------------------------------------

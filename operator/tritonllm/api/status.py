@@ -76,6 +76,23 @@ class PhaseTime(ApiModel):
     state)."""
 
 
+class RolloutStatus(ApiModel):
+    """The verified rollout of the latest revision (spec.rollout; docs/rollout.md)."""
+
+    revision: str
+    """The revision verified (a hash of the serving pod template it renders)."""
+    state: Literal["Verifying", "Verified", "Failed"]
+    """Verifying: its verification pod starts or answers the smoke set; Verified: it passed and
+    the serving workload rolls over to it; Failed: it did not, the serving pods stay on the
+    revision they run, and this one is not tried again until the spec changes."""
+    message: str | None = None
+    """What was checked, or the request that failed with the answer it got."""
+    started: str | None = None
+    """When its verification began (RFC 3339)."""
+    finished: str | None = None
+    """When the verdict was reached."""
+
+
 class ScalingStatus(ApiModel):
     """What the autoscaler asks for and what the GPU nodes can give (spec.autoscaling set)."""
 
@@ -177,6 +194,8 @@ class TritonLLMDeploymentStatus(ApiModel):
     """The phase under way (`kubectl get tllm -o wide`), unset once serving."""
     phaseStarted: str | None = None
     """When it began (the printer column shows how long ago)."""
+    rollout: RolloutStatus | None = None
+    """The verification of the latest revision before traffic moves to it."""
     scaling: ScalingStatus | None = None
     """Autoscaling: desired and ready replicas, GPU capacity, and what limits scaling up."""
     mpiSecretUid: str | None = None
