@@ -9,10 +9,10 @@ config parameter); every other declared output is returned zero-filled with its 
 Decoupled, it sends one response per token as it is generated when asked to stream, else one
 response; responses carry only the outputs the request asked for. TRITONLLM_STANDIN_TOKEN_DELAY
 (seconds, default 0) slows each token down, so that tests can have requests in flight (a graceful
-drain). An engine built from a model whose config.json says `"tritonllm_standin_fault":
-"wrong-answer"` or `"crash-at-load"` makes it answer wrongly or fail to load (SIMULATED faults:
-the tests of verified rollouts). The GPU stand-in (tensorrt_llm_gpu_standin.py) imports this module for its request
-parsing and responses.
+drain). An engine built from a model whose config.json says
+`"tritonllm_standin_fault": "wrong-answer"` or `"crash-at-load"` makes it answer wrongly or
+fail to load (SIMULATED faults: the tests of verified rollouts). The GPU stand-in
+(tensorrt_llm_gpu_standin.py) imports this module for its request parsing and responses.
 
 Metrics: it exports, through Triton's custom-metrics API for Python models (pb_utils.MetricFamily),
 the TensorRT-LLM backend's families under the same names and labels (`model`, `version` and one
