@@ -82,8 +82,13 @@ def test_a_passed_smoke_set_rolls_the_serving_workload_and_removes_the_verificat
     w.step()
     _verify_ready(w)
     target = template_revision(w.render.workload.body)
+    verifying = [x for x in w.body["status"]["phases"] if x["name"] == "Verification"]
+    assert verifying and "end" not in verifying[0] and w.body["status"]["phase"] == "Verification"
+    w.now += dt.timedelta(seconds=42)
     w.obs["smoke"] = SmokeRun(target, "demo-verify-abc", (SmokeAnswer(200, "hi", 0.4),))
     p = w.step()
+    (verified,) = [x for x in w.body["status"]["phases"] if x["name"] == "Verification"]
+    assert verified["seconds"] == 42.0 and "status.rollout" in verified["source"]
     assert _serving_revision(w) == target
     assert _live(w, "-verify") is None
     assert ("apps/v1", "Deployment", f"{NAME}-verify") in [tuple(x) for x in p.delete]

@@ -61,10 +61,11 @@ class PhaseTime(ApiModel):
 
     name: str
     """EngineBuild (the build Job: download, conversion, trtllm-build), RepositoryWrite (the
-    repository Job), WaitingForGpus (a serving pod created until scheduled), PodStart (scheduled
-    until its serving container started: image pulls, the tools init container), ModelLoad
-    (container started until Ready: the engine check, the group's login check, tritonserver
-    loading the models)."""
+    repository Job), Verification (a verified rollout: its verification pod started until the
+    smoke set's verdict), WaitingForGpus (a serving pod created until scheduled), PodStart
+    (scheduled until its serving container started: image pulls, the tools init container),
+    ModelLoad (container started until Ready: the engine check, the group's login check,
+    tritonserver loading the models)."""
     start: str
     """When it began (RFC 3339)."""
     end: str | None = None

@@ -109,15 +109,11 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         summary = gate.amend(
             summarise(engine, repo, workload, obs, target_repo=rendered.repository_key))
         requeue_for(p, engine, repo, workload, obs)
-    conds = [
-        engine.condition,
-        repo.condition,
-        available(workload, rendered.endpoint),
-        summary.degraded,
-        summary.progressing,
-    ]
+    conds = [engine.condition, repo.condition, available(workload, rendered.endpoint),
+             summary.degraded, summary.progressing]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
-    fields = status_fields(body, dep, rendered, engine, workload, summary.reason, obs)
+    rollout = gate.status or (body.get("status") or {}).get("rollout")
+    fields = status_fields(body, dep, rendered, engine, workload, summary.reason, obs, rollout)
     fields.update(recorded_uid_fields(mpi_adopted, copy_uids), **gate.fields())
     fields["scaling"] = scaling_status(dep, workload, obs)
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes

@@ -215,6 +215,7 @@ def _failed(record: Obj) -> Gate:
 
 
 def remove_verification(p: Decision, dep: TritonLLMDeployment, obs: Observed) -> None:
-    live = obs.verify_workload
-    if live is not None:
-        p.delete.append(ObjectRef(live["apiVersion"], live["kind"], verify_name(dep)))
+    if obs.verify_workload is not None:
+        topology = dep.spec.topology
+        p.delete.append(ObjectRef(topology.workload_api_version, topology.workload_kind,
+                                  verify_name(dep)))
