@@ -120,7 +120,9 @@ def test_a_wrong_answer_keeps_the_old_revision_and_is_not_retried() -> None:
         degraded["message"]
     assert w.cond(c.COND_PROGRESSING)["status"] == "False"
     assert w.cond(c.COND_AVAILABLE)["status"] == "True"  # the old pods still serve
-    assert r.VERIFICATION_FAILED in _events(p)
+    # one Event says it (Degraded and Progressing flip together for one cause), a Warning
+    (failed,) = [e for e in p.events if e.reason == r.VERIFICATION_FAILED]
+    assert failed.type == "Warning" and "expected exactly" in failed.message
     # not tried again: no verification workload, no apply, no new Event
     w.obs["smoke"] = None
     p = w.step()
@@ -134,6 +136,17 @@ def test_a_wrong_answer_keeps_the_old_revision_and_is_not_retried() -> None:
     w.step()
     assert w.body["status"]["rollout"]["state"] == "Verifying"
     assert _live(w, "-verify") is not None
+
+
+def test_a_new_engine_is_announced_once() -> None:
+    """EngineReady (a Warning: the engine is not ready) and Progressing flip together when a
+    change needs a new build: one Building Event, the Warning."""
+    w = World()
+    w.bring_up()
+    w.body["spec"]["engine"] = {"limits": {"maxBatchSize": 2}}
+    p = w.step()
+    (building,) = [e for e in p.events if e.reason == "Building"]
+    assert building.type == "Warning"
 
 
 def test_a_crashed_verification_pod_fails_the_revision() -> None:

@@ -256,8 +256,20 @@ def finish(
     events = events_for(flips)
     events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
                {x[1:] for x in events}]  # Degraded flipping with the same words said it
-    p.events += events
+    p.events = one_per_reason([*p.events, *events])
     return p
+
+
+def one_per_reason(events: list[EventNote]) -> list[EventNote]:
+    """One Event per reason in a pass: conditions that flip together for one cause (Progressing
+    and Degraded on a failure, EngineReady and Progressing on a new build) would say it twice.
+    A Warning wins, with its words; else the first."""
+    kept: dict[str, EventNote] = {}
+    for event in events:
+        known = kept.get(event.reason)
+        if known is None or (event.type == "Warning" and known.type != "Warning"):
+            kept[event.reason] = event
+    return sorted(kept.values(), key=events.index)
 
 
 def ready_condition(conds: list[Cond]) -> Cond:
