@@ -62,6 +62,9 @@ def test_a_change_starts_a_verification_workload_and_leaves_the_serving_one() ->
     assert verify["spec"]["selector"]["matchLabels"][c.LABEL_COMPONENT] == c.COMPONENT_VERIFY
     assert verify["spec"]["template"]["metadata"]["labels"][c.LABEL_COMPONENT] == "verify"
     assert w.render.service["spec"]["selector"][c.LABEL_COMPONENT] == c.COMPONENT_SERVER
+    # no preStop pause: it is no endpoint, and its GPUs go to the surge pod once verified
+    assert all("lifecycle" not in x for x in verify["spec"]["template"]["spec"]["containers"])
+    assert all("lifecycle" in x for x in _live(w)["spec"]["template"]["spec"]["containers"])
     assert _serving_revision(w) == old  # the serving workload is untouched
     assert w.body["status"]["rollout"]["state"] == "Verifying"
     assert w.cond(c.COND_PROGRESSING)["reason"] == r.VERIFYING

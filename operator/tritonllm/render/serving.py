@@ -272,7 +272,8 @@ def verify_workload(dep: TritonLLMDeployment, workload: dict[str, Any]) -> dict[
     """The verification workload of a revision (spec.rollout Verified): the rendered serving
     workload with one replica (one group), its own name, and component `verify` on its pods
     (the whole group's, multi node), which the Service does not select: it takes no client traffic
-    while the operator sends it the smoke set. Not autoscaled, not scraped."""
+    while the operator sends it the smoke set. Not autoscaled, not scraped, and no preStop
+    pause (no endpoint to drain: its GPUs are freed for the surge pod as soon as it stops)."""
     obj = copy.deepcopy(workload)
     obj["metadata"]["name"] = verify_name(dep)
     obj["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_VERIFY
@@ -287,6 +288,9 @@ def verify_workload(dep: TritonLLMDeployment, workload: dict[str, Any]) -> dict[
     for template in templates:
         template["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_VERIFY
         template["metadata"]["annotations"]["prometheus.io/scrape"] = "false"
+        # No Service endpoint to leave before SIGTERM: its GPUs go to the surge pod at once.
+        for container in template["spec"]["containers"]:
+            container.pop("lifecycle", None)
     return obj
 
 
