@@ -145,10 +145,30 @@ def test_the_run_module_parses_its_flags_like_the_run_verb() -> None:
     assert "Traceback" not in bad.stderr
 
 
+# What the test tiers and the benches share, each defined once in tests/helpers.py: free ports,
+# the examples as written, the zipapp and its fixture, the /proc readers, the gRPC stream client.
+SHARED_TEST_HELPERS = (
+    "free_port", "free_ports", "example_body", "pyz_archive", "pyz", "pids", "cmdline", "ppid",
+    "alive", "children", "descendants", "proc_status", "cpus_allowed", "rss_mib",
+    "listening_ports", "grpc_inputs", "grpc_stream", "stream_texts",
+)
+
+
 def test_shared_test_helpers_are_defined_once() -> None:
     """Helpers that several tiers need live in tests/helpers.py, not in a copy per tier."""
-    copies = _hits(r"^def _?free_ports?\(", "tests")
-    assert [h.split(":")[0] for h in copies] == ["tests/helpers.py", "tests/helpers.py"]
+    names = "|".join(SHARED_TEST_HELPERS)
+    copies = _hits(rf"^def _?({names})\(", "tests", "bench")
+    # (the real-node flow's _grpc_stream is one line over grpc_stream: the ensemble's texts)
+    wrapper = "tests/cluster/test_real_flow.py"
+    assert sorted(h.split(":")[0] for h in copies if not h.startswith(wrapper)) == [
+        "tests/helpers.py"] * len(SHARED_TEST_HELPERS)
+    # An example is read by its name in one place (example_body); the rest pass it a name.
+    loads = _hits(r"\"examples\" / f?\"[^\"]+\.yaml\"\)\.read_text", "tests", "bench")
+    assert [h.split(":")[0] for h in loads] == ["tests/helpers.py"]
+    # The stream client is not written out again (queue of responses, final-response flag).
+    flags = _hits(r"triton_final_response", "tests", "bench",
+                  skip=("tests/triton/standin/", "tests/contract/"))
+    assert [h.split(":")[0] for h in flags] == ["tests/helpers.py"]
 
 
 def test_the_architecture_page_names_every_package_and_has_the_glossary() -> None:
