@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cases import ROOT
+from tritonllm.api import constants as c
 from tritonllm.render import serving
 from tritonllm.triton import launch
 
@@ -127,6 +128,14 @@ def test_the_cache_hit_is_decided_by_one_function_called_once_per_phase() -> Non
     assert len(repeated) == 1 and repeated[0].startswith("operator/tritonllm/plan/engine.py")
 
 
+def test_the_reserved_pod_keys_stay_protected() -> None:
+    """LABEL_DEPLOYMENT and ANNOTATION_TRTLLM_VERSION are on no pod, yet are not dead: they are
+    reserved keys users may not set (api/constants.py says why), refused at admission."""
+    assert {c.LABEL_DEPLOYMENT, c.ANNOTATION_TRTLLM_VERSION} <= set(c.OPERATOR_POD_KEYS)
+    crd = (ROOT / "crds" / "tritonllm.io_tritonllmdeployments.yaml").read_text()
+    assert f"'{c.LABEL_DEPLOYMENT}'" in crd and f"'{c.ANNOTATION_TRTLLM_VERSION}'" in crd
+
+
 def test_the_endpoint_and_mpirun_helpers_take_only_what_they_use() -> None:
     assert list(inspect.signature(serving.endpoint).parameters) == ["dep"]
     assert list(inspect.signature(launch.mpirun_argv).parameters) == ["spec", "mpirun"]
@@ -179,3 +188,17 @@ def test_the_architecture_page_names_every_package_and_has_the_glossary() -> Non
     runtime = sorted(p.stem for p in (OPERATOR / "runtime").glob("*.py") if p.stem != "__init__")
     row = next(line for line in text.splitlines() if line.startswith("| `tritonllm.runtime` |"))
     assert [m for m in runtime if m != "pyz" and f"`{m}`" not in row] == []
+
+
+@pytest.mark.parametrize(("word", "name"), [
+    ("object reference", "ObjectRef"), ("event note", "EventNote"), ("decision", "Decision"),
+    ("observed", "Observed"), ("rendered", "Rendered"),
+])
+def test_the_glossary_says_where_each_core_type_is_defined(word: str, name: str) -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    glossary = text[text.index("## Glossary"):]
+    row = next(line for line in glossary.splitlines() if line.startswith(f"| {word} |"))
+    named = re.findall(r"`(\w+/\w+\.py)`", row) + [
+        f"{package}/__init__.py" for package in re.findall(r"`tritonllm\.(\w+)`", row)]
+    defined = [h.split(":")[0] for h in _hits(rf"^class {name}\b", "operator")]
+    assert len(defined) == 1 and defined[0].removeprefix("operator/tritonllm/") in named, row
