@@ -38,6 +38,9 @@ SMALL = {
         "image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
         "model": {"source": "hf://openai-community/gpt2"},
         "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+        # kwok's pods answer no request, so a verified rollout's smoke set could never pass
+        # here: these roll at once (tests/cluster/test_real_rollout.py verifies on real pods).
+        "rollout": {"strategy": "Immediate"},
     },
 }
 

@@ -163,12 +163,27 @@ def _grpc_stream(address: str) -> list[str]:
 
 
 def _client_pod(image: str, url: str) -> dict[str, Any]:
-    """A pod from the stand-in image (python3) that POSTs to the Service by its DNS name."""
+    """A pod from the stand-in image (python3) that POSTs to the Service by its DNS name.
+
+    The node's NetworkPolicy enforcer (kube-router) admits a new pod once it has learnt the
+    pod's IP, a moment after the pod starts: until then the connection is refused. So the
+    client tries again for up to 20 s, and prints each refusal (any real client behind a
+    NetworkPolicy sees the same first moment)."""
     script = (
-        "import json, urllib.request\n"
+        "import json, time, urllib.error, urllib.request\n"
         f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': {PROMPT!r}, "
         "'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
-        "print('ANSWER', urllib.request.urlopen(req, timeout=60).read().decode())\n"
+        "end = time.monotonic() + 20\n"
+        "while True:\n"
+        "    try:\n"
+        "        print('ANSWER', urllib.request.urlopen(req, timeout=60).read().decode())\n"
+        "        break\n"
+        "    except urllib.error.URLError as exc:\n"
+        "        if not isinstance(exc.reason, ConnectionRefusedError) "
+        "or time.monotonic() > end:\n"
+        "            raise\n"
+        "        print('REFUSED', exc.reason, flush=True)\n"
+        "        time.sleep(0.5)\n"
     )
     return {
         "apiVersion": "v1", "kind": "Pod",

@@ -378,7 +378,10 @@ def test_a_rollout_of_two_groups_loses_no_request(env: Env) -> None:
         start = time.monotonic()
         env.cluster.kubectl("apply", "-n", env.ns, "-f", "-", input=json.dumps(changed))
 
+        verify_pods: set[str] = set()
+
         def rolled() -> bool:
+            verify_pods.update(p["metadata"]["name"] for p in env.group_pods(f"{name}-verify"))
             pods = env.group_pods(name)
             cr = get_cr(env.cluster, env.ns, name)
             done = any(c["type"] == "Progressing" and c["reason"] == "Deployed"
@@ -393,7 +396,15 @@ def test_a_rollout_of_two_groups_loses_no_request(env: Env) -> None:
         time.sleep(3)
         end = time.monotonic()
     answered, failures = load.between(start, end)
+    rollout = get_cr(env.cluster, env.ns, name)["status"]["rollout"]
     print(f"\n[measure] multi-node rollout, 2 groups: {answered + len(failures)} requests, "
-          f"{len(failures)} failed, {seconds:.1f} s")
+          f"{len(failures)} failed, {seconds:.1f} s; verified first on a group of its own: "
+          f"{rollout['message']}")
     assert answered > 20 and not failures, failures[:5]
+    # The change was verified first, on a one-group LeaderWorkerSet of its own (spec.rollout's
+    # default): its leader answered the smoke set, then it was removed.
+    assert rollout["state"] == "Verified", rollout
+    assert f"pod {name}-verify-0 answered all 1 smoke requests" in rollout["message"], rollout
+    assert verify_pods == {f"{name}-verify-0", f"{name}-verify-0-1"}, verify_pods
+    assert not env.group_pods(f"{name}-verify")
     env.kubectl("delete", "tllm", name, "--wait=true", "--timeout=120s")

@@ -58,6 +58,9 @@ def make_repo(root: Path) -> Path:
     template = model["spec"].setdefault("podTemplate", {})
     template["annotations"] = {**template.get("annotations", {}),
                                "pod-complete.stage.kwok.x-k8s.io/delay": "25s"}
+    # kwok's pods answer no request: the git change below rolls at once (a verified rollout's
+    # smoke set runs on real pods: tests/cluster/test_real_rollout.py).
+    model["spec"]["rollout"] = {"strategy": "Immediate"}
     (repo / "models").mkdir()
     (repo / "models" / f"{EXAMPLE}.yaml").write_text(yaml.safe_dump(model, sort_keys=False))
     broken = load_example(EXAMPLE, "unused")

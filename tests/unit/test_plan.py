@@ -11,6 +11,7 @@ import pytest
 from tests.cases import cr
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import InvalidDeployment, parse_deployment
+from tritonllm.handlers.cache import project_workload
 from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.gc import optional_refs
@@ -54,14 +55,19 @@ class World:
             engine = {**engine, "status": self.engine_status}
         # as tritonllm.handlers.observe reads them: what is rendered, and what should go
         refs = {o.ref for o in r.objects} | set(optional_refs(self.dep()))
+        if r.verify_workload is not None:
+            refs.add(r.verify_workload.ref)
         live = {
             ref: self.objects[(ref.kind, ref.name)]
             for ref in refs
             if ref.kind not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)
             and (ref.kind, ref.name) in self.objects
         }
-        workload = get("Deployment", self.body["metadata"]["name"]) or get(
-            "LeaderWorkerSet", self.body["metadata"]["name"])
+        name = self.body["metadata"]["name"]
+        # as the watch cache holds them (tritonllm.handlers.cache.project_workload)
+        workload, verify = (
+            (get("Deployment", n) or get("LeaderWorkerSet", n)) for n in (name, f"{name}-verify"))
+        workload, verify = (None if w is None else project_workload(w) for w in (workload, verify))
         revisions = sorted(
             {
                 o["metadata"]["labels"].get(c.LABEL_REPO_KEY)
@@ -89,6 +95,9 @@ class World:
             unschedulable=self.obs.get("unschedulable"),
             pods_refused=self.obs.get("pods_refused"),
             serving_failure=self.obs.get("serving_failure"),
+            verify_workload=verify,
+            verify_failure=self.obs.get("verify_failure"),
+            smoke=self.obs.get("smoke"),
         )
 
     def step(self, opts: RenderOptions | None = None) -> Decision:

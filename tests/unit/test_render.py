@@ -222,7 +222,7 @@ def test_network_policy_multi_node_lets_only_the_deployments_pods_reach_sshd_and
     assert group["from"] == [{"podSelector": {
         "matchLabels": {c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "demo"},
         "matchExpressions": [{"key": c.LABEL_COMPONENT, "operator": "In",
-                              "values": ["server", "worker"]}]}}]
+                              "values": ["server", "worker", "verify"]}]}}]
     assert c.MPI_SSH_PORT not in [p["port"] for p in serving["ports"]]
 
 

@@ -43,6 +43,9 @@ def main():
         "quantization": {"quant_algo": o.get("--qformat")},
         "simulated": f"tritonllm CPU stand-in {tool}: no weights were converted",
     }
+    # A SIMULATED fault the model asks for travels on to the engine (the stand-in model reads it).
+    if model.get("tritonllm_standin_fault"):
+        config["tritonllm_standin_fault"] = model["tritonllm_standin_fault"]
     (out / "config.json").write_text(json.dumps(config, indent=2))
     for rank in range(tp * pp):
         (out / f"rank{rank}.safetensors").write_bytes(b"tritonllm stand-in: no weights\n")

@@ -38,6 +38,9 @@ APP_NAME: Final = "tritonllm"
 
 COMPONENT_SERVER: Final = "server"
 COMPONENT_WORKER: Final = "worker"  # multi-node worker pods (the leader is a server)
+# The verification pod (multi-node: its group's leader) of a revision under a verified rollout:
+# not selected by the Service, so it takes no client traffic (docs/rollout.md).
+COMPONENT_VERIFY: Final = "verify"
 COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
 COMPONENT_CLEANUP: Final = "engine-cleanup"  # removes an engine's files (engineRetention Delete)
@@ -46,21 +49,24 @@ COMPONENT_STORE: Final = "model-store"
 # --- annotations --------------------------------------------------------------------------
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"  # reserved (OPERATOR_POD_KEYS)
+# On a serving pod template: the revision it renders (a hash of the template without this key).
+ANNOTATION_REVISION: Final = f"{GROUP}/revision"
 
 # Pod label and annotation keys of the operator's own, which podTemplate.labels and
 # podTemplate.annotations may not use (the CRD's CEL rule and the operator refuse them; render
 # never copies them). The operator writes the engine and repository a pod runs (read back from
-# the workload's pod template) and the spec hash. LABEL_DEPLOYMENT and ANNOTATION_TRTLLM_VERSION
-# are on no pod today and stay on purpose, as reserved keys: taking them out would accept specs
-# that admission refuses now (a change of the CRD) and hand keys of the operator's domain to
-# users, which a later release could then not take back without refusing their objects
-# (tests/unit/test_sweep.py keeps them protected).
+# the workload's pod template), the spec hash and the revision. LABEL_DEPLOYMENT and
+# ANNOTATION_TRTLLM_VERSION are on no pod today and stay on purpose, as reserved keys: taking
+# them out would accept specs that admission refuses now (a change of the CRD) and hand keys of
+# the operator's domain to users, which a later release could then not take back without
+# refusing their objects (tests/unit/test_sweep.py keeps them protected).
 OPERATOR_POD_KEYS: Final = (
     LABEL_ENGINE_KEY,
     LABEL_REPO_KEY,
     LABEL_DEPLOYMENT,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_TRTLLM_VERSION,
+    ANNOTATION_REVISION,
 )
 
 # --- well-known Kubernetes keys -----------------------------------------------------------

@@ -55,6 +55,16 @@ WRITING_REPOSITORY: Final = "WritingRepository"
 """True: the engine is ready and the repository is being written."""
 ROLLING_OUT: Final = "RollingOut"
 """True: the workload is starting or rolling to the current engine and settings."""
+VERIFYING: Final = "Verifying"
+"""True: a verified rollout (spec.rollout) runs the new revision on its verification pod, with no
+client traffic, and sends it the smoke set; the serving pods are unchanged until it passes."""
+VERIFIED: Final = "Verified"
+"""Event: the new revision answered the smoke set; the serving workload rolls over to it."""
+VERIFICATION_FAILED: Final = "VerificationFailed"
+"""Degraded True (Progressing False): the new revision failed its verification (a smoke request
+answered wrongly, too slowly or not at all, its pod crashed, or it was not Ready in time). The
+serving pods stay on the revision they run; this one is not tried again until the spec changes
+(or rollout.strategy is Immediate)."""
 UNSCHEDULABLE: Final = "Unschedulable"
 """True: rolling out, but the scheduler cannot place a serving pod (its message is quoted). Also
 EngineReady/RepositoryReady False (and Progressing True): the scheduler cannot place the build or

@@ -38,6 +38,10 @@ class OperatorSettings(BaseModel):
     leader_election_namespace: str = ""
     """Namespace of that Lease (the chart sets the operator's own); empty: the first watched
     namespace, else `default`."""
+    operator_namespace: str = ""
+    """The namespace the operator runs in (the chart sets it). A verified rollout's smoke
+    requests come from there: the serving pods' NetworkPolicy admits it on the HTTP port.
+    Empty: the operator runs outside the cluster (no namespace to admit)."""
     lease_seconds: float = Field(default=6.0, ge=2, le=60)
     """How long a Lease holds without renewal (renewed every third of it): the longest a
     killed leader leaves the operator idle, about."""

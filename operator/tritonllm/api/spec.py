@@ -725,6 +725,61 @@ class NetworkPolicySpec(ApiModel):
     balancer's, clients outside the cluster)."""
 
 
+class SmokeRequest(ApiModel):
+    """One request of a verified rollout's smoke set, sent to the new revision's verification
+    pod (HTTP generate) before any client traffic moves to it."""
+
+    prompt: str = Field(min_length=1, max_length=4096)
+    """The text_input sent."""
+    maxTokens: int = Field(default=16, ge=1, le=4096)
+    """max_tokens of the request."""
+    maxLatencySeconds: float = Field(default=60.0, gt=0, le=600)
+    """The whole answer must arrive within this many seconds."""
+    expectExact: str | None = Field(default=None, max_length=4096)
+    """The answer's text_output must be exactly this (deterministic decoding: the default
+    sampling of the generate endpoint)."""
+    expectPrefix: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The answer's text_output must start with this."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.expectExact) || !has(self.expectPrefix)",
+            message="set expectExact or expectPrefix, not both (an exact answer already fixes "
+            "its prefix)",
+            check=lambda s: s.expectExact is None or s.expectPrefix is None,
+            field="expectPrefix",
+        ),
+    )
+
+
+DEFAULT_SMOKE_PROMPT = "Hello"
+
+
+class RolloutSpec(ApiModel):
+    """How a change of what the serving pods run reaches them (docs/rollout.md)."""
+
+    strategy: Literal["Verified", "Immediate"] = "Verified"
+    """Verified: a change of the serving pods (a new engine, new repository or launch settings,
+    image, resources) first starts one pod (one group, multi-node) of the new revision beside the
+    serving ones, with no client traffic, and sends it the smoke set; only if every request
+    passes does the serving workload roll over (one new pod at a time, each taking traffic once
+    Ready). If one fails, the serving pods stay as they are, Degraded says which request failed
+    and why, and that revision is not tried again until the spec changes. Immediate: roll the
+    serving workload over at once, each new pod taking traffic once its readiness probe passes.
+    The first deployment, and a change while no replica is ready, roll over at once either way
+    (there is no traffic to protect)."""
+    smoke: list[SmokeRequest] = Field(
+        default_factory=lambda: [SmokeRequest(prompt=DEFAULT_SMOKE_PROMPT, maxTokens=8)],
+        min_length=1,
+        max_length=16,
+    )
+    """The smoke set: each request must answer (HTTP 200 with a non-empty text_output, unless
+    expectExact is empty) within its latency bound and match its expectation, if any."""
+    verifyTimeoutSeconds: int = Field(default=3600, ge=60, le=86400)
+    """How long the verification pod may take to become Ready (engine check, model load);
+    past it the revision fails verification, with the reason the pod gave if any."""
+
+
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
@@ -855,14 +910,14 @@ class PodTemplate(ApiModel):
     annotations: AnnotationMap = Field(default_factory=dict)
     """Extra annotations of every pod the operator renders (at most 32, values up to 4096
     characters). Any key is copied except that the operator's own keys are protected: the
-    tritonllm.io keys it writes (engine-key, repository-key, spec-hash) or reserves (deployment,
-    trtllm-version) are refused, and the annotations it sets itself (prometheus.io/scrape, port
-    and path on the serving pods) keep the operator's values."""
+    tritonllm.io keys it writes (engine-key, repository-key, spec-hash, revision) or reserves
+    (deployment, trtllm-version) are refused, and the annotations it sets itself
+    (prometheus.io/scrape, port and path on the serving pods) keep the operator's values."""
     labels: LabelMap = Field(default_factory=dict)
     """Extra labels of every pod the operator renders. The tritonllm.io keys the operator writes
-    (engine-key, repository-key) or reserves (deployment) are refused, and the labels it sets itself
-    (app.kubernetes.io/name, instance, component and managed-by, which the Service,
-    the workload's selector and the NetworkPolicy select on) keep the operator's values."""
+    (engine-key, repository-key) or reserves (deployment) are refused, and the labels it sets
+    itself (app.kubernetes.io/name, instance, component and managed-by, which the Service, the
+    workload's selector and the NetworkPolicy select on) keep the operator's values."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables."""
     runAsUser: int = Field(default=1000, ge=0, le=INT32_MAX)
@@ -910,6 +965,9 @@ class TritonLLMDeploymentSpec(ApiModel):
     """Pod settings."""
     networkPolicy: NetworkPolicySpec = Field(default_factory=NetworkPolicySpec)
     """Who may reach the serving pods (a NetworkPolicy, on by default)."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """How changes reach the serving pods: verified on a pod of the new revision before traffic
+    moves (default), or at once."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(

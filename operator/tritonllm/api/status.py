@@ -61,10 +61,11 @@ class PhaseTime(ApiModel):
 
     name: str
     """EngineBuild (the build Job: download, conversion, trtllm-build), RepositoryWrite (the
-    repository Job), WaitingForGpus (a serving pod created until scheduled), PodStart (scheduled
-    until its serving container started: image pulls, the tools init container), ModelLoad
-    (container started until Ready: the engine check, the group's login check, tritonserver
-    loading the models)."""
+    repository Job), Verification (a verified rollout: its verification pod started until the
+    smoke set's verdict), WaitingForGpus (a serving pod created until scheduled), PodStart
+    (scheduled until its serving container started: image pulls, the tools init container),
+    ModelLoad (container started until Ready: the engine check, the group's login check,
+    tritonserver loading the models)."""
     start: str
     """When it began (RFC 3339)."""
     end: str | None = None
@@ -74,6 +75,23 @@ class PhaseTime(ApiModel):
     source: str
     """Where the times come from (the Job's status, the pod's conditions, the container's
     state)."""
+
+
+class RolloutStatus(ApiModel):
+    """The verified rollout of the latest revision (spec.rollout; docs/rollout.md)."""
+
+    revision: str
+    """The revision verified (a hash of the serving pod template it renders)."""
+    state: Literal["Verifying", "Verified", "Failed"]
+    """Verifying: its verification pod starts or answers the smoke set; Verified: it passed and
+    the serving workload rolls over to it; Failed: it did not, the serving pods stay on the
+    revision they run, and this one is not tried again until the spec changes."""
+    message: str | None = None
+    """What was checked, or the request that failed with the answer it got."""
+    started: str | None = None
+    """When its verification began (RFC 3339)."""
+    finished: str | None = None
+    """When the verdict was reached."""
 
 
 class ScalingStatus(ApiModel):
@@ -177,6 +195,8 @@ class TritonLLMDeploymentStatus(ApiModel):
     """The phase under way (`kubectl get tllm -o wide`), unset once serving."""
     phaseStarted: str | None = None
     """When it began (the printer column shows how long ago)."""
+    rollout: RolloutStatus | None = None
+    """The verification of the latest revision before traffic moves to it."""
     scaling: ScalingStatus | None = None
     """Autoscaling: desired and ready replicas, GPU capacity, and what limits scaling up."""
     mpiSecretUid: str | None = None

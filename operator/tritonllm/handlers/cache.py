@@ -117,14 +117,17 @@ def project_job(obj: Mapping[str, Any]) -> Obj:
 
 
 def project_workload(obj: Mapping[str, Any]) -> Obj:
-    """A Deployment or LeaderWorkerSet: replica counts and the keys its pods run."""
+    """A Deployment or LeaderWorkerSet: replica counts, and the keys and revision its pods
+    run."""
     spec, st = obj.get("spec") or {}, obj.get("status") or {}
     template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get(
         "leaderTemplate"
     )
     labels = ((template or {}).get("metadata") or {}).get("labels") or {}
     keys = {k: labels[k] for k in (c.LABEL_ENGINE_KEY, c.LABEL_REPO_KEY) if k in labels}
-    out_spec: Obj = {"template": {"metadata": {"labels": keys}}}
+    annotations = ((template or {}).get("metadata") or {}).get("annotations") or {}
+    revision = {k: annotations[k] for k in (c.ANNOTATION_REVISION,) if k in annotations}
+    out_spec: Obj = {"template": {"metadata": {"labels": keys, "annotations": revision}}}
     if "replicas" in spec:
         out_spec["replicas"] = spec["replicas"]
         out_spec["replicasOnlyOurs"] = replicas_only_ours(obj)

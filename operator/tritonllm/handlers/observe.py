@@ -38,8 +38,10 @@ from tritonllm.plan import (
     unschedulable_message,
 )
 from tritonllm.render import Rendered, RenderOptions, naming
+from tritonllm.render.serving import template_revision, verify_name
 
 from .cache import POD_MONITORS_CRD, SCALED_OBJECTS_CRD, Cache, project_secret
+from .smoke import SmokeChecks
 
 Obj = dict[str, Any]
 
@@ -96,10 +98,15 @@ async def observe(
     now: dt.datetime,
     pods: PodChecks,
     secrets: SecretChecks,
+    smoke: SmokeChecks,
+    rollout: Obj | None,
 ) -> Observed:
-    """Everything else the planner is given, read once the objects are rendered."""
+    """Everything else the planner is given, read once the objects are rendered (`rollout`:
+    status.rollout as it is)."""
     ns, spec = dep.namespace, dep.spec
     engine, workload = before.engine, before.workload
+    verify = cache.get(spec.topology.workload_kind, ns, verify_name(dep))
+    target = template_revision(r.workload.body)
     build_job = cache.get("Job", ns, r.build_job.name)
     repo_job = cache.get("Job", ns, r.repository_job.name)
     cred = spec.model.credentials
@@ -128,10 +135,13 @@ async def observe(
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         mpi_secret=mpi,
-        unschedulable=await pods.unschedulable(kube, dep, workload),
+        unschedulable=await pods.unschedulable(kube, dep, workload, verify),
         serving_failure=pods.serving_failure(dep, workload),
         serving_times=pods.serving_times(dep, r.repository_key),
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
+        verify_workload=verify,
+        verify_failure=pods.verify_failure(dep, target) if verify is not None else None,
+        smoke=await smoke.run(kube, dep, verify, target, rollout),
     )
 
 
@@ -140,6 +150,8 @@ def _live(
 ) -> dict[ObjectRef, Obj]:
     """Live children by reference: what is rendered, plus an HPA/PDB that should go."""
     refs = [o.ref for o in r.objects if o.kind not in ("Job", "PersistentVolumeClaim")]
+    if r.verify_workload is not None:
+        refs.append(r.verify_workload.ref)
     refs += [ref for ref in optional_refs(dep) if ref not in refs]
     live: dict[ObjectRef, Obj] = {}
     for ref in refs:
@@ -185,6 +197,8 @@ class PodChecks:
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
         # The last serving container failure of each deployment: (its identity, message).
         self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+        # The last verification pod failure of each deployment: (its revision, message).
+        self._verify_failed: dict[tuple[str, str], tuple[str, str]] = {}
         # Per deployment, per repository revision: the timestamps of its first serving pod.
         self._times: dict[tuple[str, str], dict[str, PodTimes]] = {}
 
@@ -198,6 +212,8 @@ class PodChecks:
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if not name:
             return None
+        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == c.COMPONENT_VERIFY:
+            return self._verify_changed(meta.get("namespace", ""), name, pod, message)
         timed = self._record_times(meta.get("namespace", ""), name, pod)
         if message is None:
             return name if timed else None
@@ -209,6 +225,25 @@ class PodChecks:
             return None
         self._failed[key] = (identity, message)
         return name
+
+    def _verify_changed(
+        self, namespace: str, name: str, pod: Obj, message: str | None
+    ) -> str | None:
+        """A verification pod's container that exited with an error fails its revision's
+        verification (tritonllm.plan.rollout): remembered with the revision it ran."""
+        if message is None:
+            return None
+        revision = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_REVISION, "")
+        key = (namespace, name)
+        if self._verify_failed.get(key) == (revision, message):
+            return None
+        self._verify_failed[key] = (revision, message)
+        return name
+
+    def verify_failure(self, dep: TritonLLMDeployment, revision: str | None) -> str | None:
+        """The failure of a verification pod that ran `revision`, if one failed."""
+        found = self._verify_failed.get((dep.namespace, dep.name))
+        return found[1] if found is not None and found[0] == revision else None
 
     KEEP_REVISIONS = 3
 
@@ -269,10 +304,13 @@ class PodChecks:
         return stall
 
     async def unschedulable(
-        self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None
+        self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None, verify: Obj | None
     ) -> str | None:
+        """The scheduler's message for a serving or verification pod, while the serving
+        workload or the verification workload has replicas not ready."""
         key = (dep.namespace, dep.name)
-        if workload is None or _all_ready(workload):
+        waiting = [w for w in (workload, verify) if w is not None and not _all_ready(w)]
+        if not waiting:
             self._last.pop(key, None)
             return None
         now = time.monotonic()
@@ -287,6 +325,7 @@ class PodChecks:
     def forget(self, namespace: str, name: str) -> None:
         self._last.pop((namespace, name), None)
         self._failed.pop((namespace, name), None)
+        self._verify_failed.pop((namespace, name), None)
         self._times.pop((namespace, name), None)
 
 

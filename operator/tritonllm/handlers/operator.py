@@ -36,7 +36,8 @@ _state: dict[str, Any] = {}
 MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.APP_NAME}"
 SERVING_PODS_SELECTOR = (
-    f"{MANAGED_SELECTOR},{c.LABEL_COMPONENT} in ({c.COMPONENT_SERVER},{c.COMPONENT_WORKER})"
+    f"{MANAGED_SELECTOR},{c.LABEL_COMPONENT} in "
+    f"({c.COMPONENT_SERVER},{c.COMPONENT_WORKER},{c.COMPONENT_VERIFY})"
 )
 # kopf's per-object workers, per watched kind, and how long an idle one lingers.
 WORKERS_PER_KIND = 64
@@ -77,7 +78,7 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
 def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) -> None:
     """The list and watch requests of the kinds we create carry our label selector: the API
     server sends only our objects (kopf's `labels=` filters alone run after each object arrived
-    and was parsed). Pods: only our serving pods (leaders, workers)."""
+    and was parsed). Pods: only our serving pods (leaders, workers, verification pods)."""
     for resource in managed_resources(specs):
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     settings.watching.label_selectors[("", "v1", "pods")] = SERVING_PODS_SELECTOR

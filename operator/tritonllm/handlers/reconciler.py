@@ -49,6 +49,7 @@ from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
 from .observe import PodChecks, SecretChecks, observe, read_before_render
 from .schedule import Key, Schedule
+from .smoke import SmokeChecks
 
 log = logging.getLogger("tritonllm.reconcile")
 
@@ -92,6 +93,7 @@ class Reconciler:
         self.schedule = Schedule(self.request)
         self._pods = PodChecks()
         self._secrets = SecretChecks()
+        self._smoke = SmokeChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         self._stopped = False  # the replica stops acting (kopf's cleanup)
@@ -156,6 +158,7 @@ class Reconciler:
         self.cache.forget(namespace, name)
         self.schedule.cancel(key)
         self._pods.forget(namespace, name)
+        self._smoke.forget(namespace, name)
         self._failures.pop(key, None)
         self._gone.add(key)
 
@@ -249,7 +252,8 @@ class Reconciler:
             raise InvalidDeployment(too_big)
         obs = await observe(
             self.kube, self.cache, self.settings, dep, rendered, before,
-            now=now, pods=self._pods, secrets=self._secrets,
+            now=now, pods=self._pods, secrets=self._secrets, smoke=self._smoke,
+            rollout=(body.get("status") or {}).get("rollout"),
         )
         decision = plan(body, dep, rendered, obs)
         if decision.status is not None:

@@ -13,6 +13,9 @@ from .engine import is_cache_hit, record_status
 from .gc import optional_refs
 from .observed import (
     Observed,
+    SmokeAnswer,
+    SmokeRun,
+    WorkloadObs,
     job_failed,
     job_finished,
     job_running,
@@ -33,7 +36,10 @@ __all__ = [
     "ObjectRef",
     "Observed",
     "PodTimes",
+    "SmokeAnswer",
+    "SmokeRun",
     "Stall",
+    "WorkloadObs",
     "conflict_message",
     "engine_to_forget",
     "is_cache_hit",

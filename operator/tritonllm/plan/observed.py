@@ -22,6 +22,27 @@ from .redact import log_tail
 from .stalls import Stall, unschedulable
 
 Obj = Mapping[str, Any]
+# The pods that run a revision: servers (leaders), workers, and verification pods.
+SERVING_COMPONENTS = (c.COMPONENT_SERVER, c.COMPONENT_WORKER, c.COMPONENT_VERIFY)
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeAnswer:
+    """What one smoke request got (the handlers send it)."""
+
+    status: int | None  # the HTTP status; None: no answer (refused, reset, timed out)
+    text: str | None  # the answer's text_output, if it had one
+    seconds: float
+    error: str = ""  # why there was no answer, or the body of an error answer
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeRun:
+    """The smoke set's answers from the verification pod of one revision."""
+
+    revision: str
+    pod: str
+    answers: tuple[SmokeAnswer, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +85,12 @@ class Observed:
     serving_failure: str | None = None
     # The first serving pod of the target revision's timestamps (tritonllm.plan.phases).
     serving_times: PodTimes | None = None
+    # A verified rollout (tritonllm.plan.rollout): the live verification workload, the last
+    # of its containers that exited with an error while running the target revision, and the
+    # smoke set's answers from its Ready pod (sent this pass, for one revision).
+    verify_workload: Obj | None = None
+    verify_failure: str | None = None
+    smoke: SmokeRun | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +194,7 @@ def serving_failure(pod: Obj) -> str | None:
     `pod P: container C exited with code N (reason): <termination message>`. None for any other
     pod (a Job's), and for a container that stopped with status 0 (a drained rank)."""
     labels = pod["metadata"].get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
+    if labels.get(c.LABEL_COMPONENT) not in SERVING_COMPONENTS:
         return None
     # A container that ends while its pod is deleted was stopped, whatever its status: only the
     # run before its last restart counts then.
@@ -184,7 +211,7 @@ def unschedulable_message(pods: Sequence[Obj]) -> str | None:
     """The scheduler's message for the first serving pod it cannot place (GPUs, affinity)."""
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        if labels.get(c.LABEL_COMPONENT) not in (c.COMPONENT_SERVER, c.COMPONENT_WORKER):
+        if labels.get(c.LABEL_COMPONENT) not in SERVING_COMPONENTS:
             continue
         message = unschedulable(pod)
         if message is not None:

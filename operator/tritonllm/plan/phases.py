@@ -1,7 +1,8 @@
 """Where the time goes: the current revision's lifecycle phases, timed from the cluster's records.
 
 Every time comes from an object's own status, never from the operator's clock: the build and
-repository Jobs' `startTime`/`completionTime`, and for the first serving pod of the revision its
+repository Jobs' `startTime`/`completionTime`, a verified rollout's start and verdict (the
+operator's own act: status.rollout), and for the first serving pod of the revision its
 `creationTimestamp`, its PodScheduled and Ready conditions and its serving container's
 `startedAt` (tritonllm.handlers.observe keeps those few timestamps from the watch of serving
 pods). Phases that ended are kept in the status once their sources are gone (a Job's one-day
@@ -21,10 +22,11 @@ Obj = dict[str, Any]
 
 ENGINE_BUILD = "EngineBuild"
 REPOSITORY_WRITE = "RepositoryWrite"
+VERIFICATION = "Verification"
 WAITING_FOR_GPUS = "WaitingForGpus"
 POD_START = "PodStart"
 MODEL_LOAD = "ModelLoad"
-PHASES = (ENGINE_BUILD, REPOSITORY_WRITE, WAITING_FOR_GPUS, POD_START, MODEL_LOAD)
+PHASES = (ENGINE_BUILD, REPOSITORY_WRITE, VERIFICATION, WAITING_FOR_GPUS, POD_START, MODEL_LOAD)
 SERVING_CONTAINER = "triton"
 
 
@@ -83,12 +85,18 @@ def observed_phases(
     pod: PodTimes | None,
     *,
     engine_cached: bool,
+    rollout: Mapping[str, Any] | None = None,
 ) -> list[PhaseTime]:
-    """The phases the objects at hand time (a cached engine was not built for this revision)."""
+    """The phases the objects at hand time (a cached engine was not built for this revision;
+    `rollout`: status.rollout of this revision, when it was verified)."""
     found = [
         None if engine_cached else _job_phase(ENGINE_BUILD, build_job, "build"),
         _job_phase(REPOSITORY_WRITE, repo_job, "repository"),
     ]
+    if rollout:
+        found.append(_phase(VERIFICATION, rollout.get("started"), rollout.get("finished"),
+                            "status.rollout: the verification's start and the smoke set's "
+                            "verdict (the operator sends it)"))
     if pod is not None:
         found += [
             _phase(WAITING_FOR_GPUS, pod.created, pod.scheduled,

@@ -11,8 +11,9 @@ decides, in order,
    build with exponential backoff up to a limit,
 4. the model repository Job for the target engine and serving settings,
 5. the serving workload: switched to the new repository only once it is ready, so the old engine
-   keeps serving during a rebuild (rolling update with maxUnavailable 0); a replicas-only change
-   scales what is running; children that no longer belong are removed,
+   keeps serving during a rebuild (rolling update with maxUnavailable 0), and with a verified
+   rollout only once the new revision answered the smoke set on a pod of its own (rollout); a
+   replicas-only change scales what is running; children that no longer belong are removed,
 6. the status (conditions with transitions, replicas, endpoint) and the Events for each flip.
 
 Each step is a module of this package (prerequisites, engine, repository, serving and gc,
@@ -91,8 +92,9 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         was_written=recorded(body, dep, rendered),
     )
     # 5. serving, and what no longer belongs
-    workload = serving_step(
-        p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None
+    workload, gate = serving_step(
+        p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None,
+        rollout=(body.get("status") or {}).get("rollout"),
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
     build = (rendered.build_job.ref, rendered.build_configmap.ref)
@@ -104,18 +106,15 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
         summary = blocked_summary(blocked)
         p.requeue(BLOCKED_REQUEUE_SECONDS)
     else:
-        summary = summarise(engine, repo, workload, obs, target_repo=rendered.repository_key)
+        summary = gate.amend(
+            summarise(engine, repo, workload, obs, target_repo=rendered.repository_key))
         requeue_for(p, engine, repo, workload, obs)
-    conds = [
-        engine.condition,
-        repo.condition,
-        available(workload, rendered.endpoint),
-        summary.degraded,
-        summary.progressing,
-    ]
+    conds = [engine.condition, repo.condition, available(workload, rendered.endpoint),
+             summary.degraded, summary.progressing]
     p.finalizers = finalizers_for(body, dep.spec.storage.engineRetention == "Delete")
-    fields = status_fields(body, dep, rendered, engine, workload, summary.reason, obs)
-    fields.update(recorded_uid_fields(mpi_adopted, copy_uids))
+    rollout = gate.status or (body.get("status") or {}).get("rollout")
+    fields = status_fields(body, dep, rendered, engine, workload, summary.reason, obs, rollout)
+    fields.update(recorded_uid_fields(mpi_adopted, copy_uids), **gate.fields())
     fields["scaling"] = scaling_status(dep, workload, obs)
     if repo.ready:  # outlives the repository Job, which is collected a day after it finishes
         fields["repository"] = written(dep, rendered)

@@ -13,7 +13,8 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import Rendered
 
 from .conditions import Cond
-from .observed import Observed, WorkloadObs
+from .observed import Obj, Observed, WorkloadObs
+from .rollout import Gate, remove_verification, rollout_gate
 from .writes import Decision, want
 
 
@@ -25,9 +26,11 @@ def serving_step(
     *,
     repository_ready: bool,
     blocked: bool,
-) -> WorkloadObs:
+    rollout: Obj | None,
+) -> tuple[WorkloadObs, Gate]:
     """Service, NetworkPolicy, workload, HPA and PDB writes (or a scale); returns the live
-    workload's counts. The NetworkPolicy goes first, so no serving pod runs without it."""
+    workload's counts and the rollout gate's decision (tritonllm.plan.rollout; `rollout` is
+    status.rollout). The NetworkPolicy goes first, so no serving pod runs without it."""
     if not blocked:
         # The activator first: the Service may switch to its pods (scale to zero).
         for part in rendered.activator:
@@ -35,7 +38,12 @@ def serving_step(
         want(p, obs, rendered.service)
         if rendered.network_policy is not None:
             want(p, obs, rendered.network_policy)
+    gate = Gate(open=False)
     if repository_ready and not blocked:
+        gate = rollout_gate(p, dep, rendered, obs, rollout)
+    else:
+        remove_verification(p, dep, obs)
+    if gate.open:
         want(p, obs, rendered.workload)
         extras = (rendered.autoscaler, rendered.scaled_object, rendered.disruption_budget,
                   rendered.pod_monitor)
@@ -47,7 +55,7 @@ def serving_step(
         if desired != dep.spec.serving.replicas:
             wl = rendered.workload
             p.scale = (wl.ref, dep.spec.serving.replicas)
-    return WorkloadObs.of(obs.workload)
+    return WorkloadObs.of(obs.workload), gate
 
 
 def available(workload: WorkloadObs, endpoint: str) -> Cond:

@@ -20,6 +20,7 @@ from tritonllm.api.deployment import TritonLLMDeployment, fit_status
 from tritonllm.api.engine import is_engine_key
 from tritonllm.api.status import Condition, EngineStatus, TritonLLMDeploymentStatus
 from tritonllm.render import Rendered, naming
+from tritonllm.render.serving import template_revision
 
 from . import phases
 from .conditions import Cond, merge_conditions
@@ -168,8 +169,10 @@ def status_fields(
     workload: WorkloadObs,
     reason: str,
     obs: Observed,
+    rollout: Obj | None,
 ) -> dict[str, Any]:
-    """The status fields a valid deployment's reconcile decides (conditions aside)."""
+    """The status fields a valid deployment's reconcile decides (conditions aside; `rollout`:
+    status.rollout as the rollout gate leaves it)."""
     par = dep.spec.topology
     current = EngineStatus(
         key=rendered.engine_key,
@@ -190,7 +193,7 @@ def status_fields(
         "reason": reason,
         "parallelism": f"{par.tensor}x{par.pipeline}",
         "fit": fit_status(dep.spec, auto=asked_auto(body)),
-        **phase_fields(body, rendered, obs, engine_cached=current.cached),
+        **phase_fields(body, rendered, obs, engine_cached=current.cached, rollout=rollout),
     }
     served = workload.engine_key
     # A label that is not an engine key (not written by us) names no engine.
@@ -200,14 +203,16 @@ def status_fields(
 
 
 def phase_fields(
-    body: Obj, rendered: Rendered, obs: Observed, *, engine_cached: bool
+    body: Obj, rendered: Rendered, obs: Observed, *, engine_cached: bool, rollout: Obj | None
 ) -> dict[str, Any]:
     """status.phases, and the phase under way with its start (tritonllm.plan.phases)."""
     old = body.get("status") or {}
     same = ((old.get("engine") or {}).get("key") == rendered.engine_key
             and (old.get("repository") or {}).get("key") == rendered.repository_key)
+    verified = rollout and rollout.get("revision") == template_revision(rendered.workload.body)
     seen = phases.observed_phases(obs.build_job, obs.repo_job, obs.serving_times,
-                                  engine_cached=engine_cached)
+                                  engine_cached=engine_cached,
+                                  rollout=rollout if verified else None)
     line = phases.timeline(seen, old.get("phases") or [], same_revision=same)
     now = phases.current(line)
     return {"phases": line or None, "phase": now.name if now else None,
@@ -251,8 +256,20 @@ def finish(
     events = events_for(flips)
     events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
                {x[1:] for x in events}]  # Degraded flipping with the same words said it
-    p.events += events
+    p.events = one_per_reason([*p.events, *events])
     return p
+
+
+def one_per_reason(events: list[EventNote]) -> list[EventNote]:
+    """One Event per reason in a pass: conditions that flip together for one cause (Progressing
+    and Degraded on a failure, EngineReady and Progressing on a new build) would say it twice.
+    A Warning wins, with its words; else the first."""
+    kept: dict[str, EventNote] = {}
+    for event in events:
+        known = kept.get(event.reason)
+        if known is None or (event.type == "Warning" and known.type != "Warning"):
+            kept[event.reason] = event
+    return sorted(kept.values(), key=events.index)
 
 
 def ready_condition(conds: list[Cond]) -> Cond:

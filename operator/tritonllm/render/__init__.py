@@ -62,6 +62,9 @@ class Rendered:
     pod_monitor: Manifest | None  # when the cluster serves the Prometheus operator's PodMonitor
     disruption_budget: Manifest | None  # PodDisruptionBudget
     network_policy: Manifest | None  # NetworkPolicy of the serving pods
+    # The verification workload of the rendered revision (spec.rollout Verified; else None): not
+    # in `objects`, the planner applies it only while a change is verified.
+    verify_workload: Manifest | None
     # The model repository: relative path -> file content.
     repository: dict[str, str]
     build_plan: dict[str, Any]
@@ -111,7 +114,9 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
     digest = plans.EngineDigest.of(opts.engine_digest, opts.engine_fingerprints)
     keyed = plans.keyed_plans(dep, key, repo_files, digest)
     repo_key = keyed.repository_key
-    workload = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
+    workload_fn = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
+    workload = workload_fn(dep, repo_key, key, opts)
+    verified = spec.rollout.strategy == "Verified"
     return Rendered(
         name=dep.name,
         namespace=dep.namespace,
@@ -125,13 +130,14 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         repository_configmap=Manifest.of(jobs.plan_configmap(dep, repo_key, keyed.files)),
         repository_job=Manifest.of(jobs.repository_job(dep, repo_key, sorted(repo_files), opts)),
         service=Manifest.of(serving.service(dep)),
-        workload=Manifest.of(workload(dep, repo_key, key, opts)),
+        workload=Manifest.of(workload),
+        verify_workload=Manifest.of(serving.verify_workload(dep, workload)) if verified else None,
         autoscaler=_manifest(autoscaling.hpa(dep)),
         scaled_object=_manifest(autoscaling.scaled_object(dep, opts)),
         activator=tuple(Manifest.of(o) for o in autoscaling.activator_objects(dep, opts)),
         pod_monitor=_manifest(autoscaling.pod_monitor(dep, opts)),
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
-        network_policy=_manifest(serving.network_policy(dep)),
+        network_policy=_manifest(serving.network_policy(dep, opts)),
         repository=repo_files,
         build_plan=bplan,
         launch_plan=keyed.launch_plan,

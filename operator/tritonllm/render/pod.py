@@ -55,6 +55,9 @@ class RenderOptions:
     # fingerprintDigest): the launch plan carries them, serving pods refuse another engine.
     engine_digest: str | None = None
     engine_fingerprints: str | None = None
+    # The operator's own namespace (TRITONLLM_OPERATOR_NAMESPACE): its smoke requests of a
+    # verified rollout reach the serving pods' HTTP port from there.
+    operator_namespace: str = ""
 
 
 def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:

@@ -13,6 +13,8 @@ object when an autoscaler owns them, so a server-side apply never resets the HPA
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -55,11 +57,15 @@ STARTUP_BUDGET_CACHED_SECONDS = 15 * 60
 STARTUP_BUDGET_COLD_SECONDS = 45 * 60
 
 
+def model_name(dep: TritonLLMDeployment) -> str:
+    """The model clients call: the ensemble, or llmapi's single model."""
+    return "tensorrt_llm" if dep.spec.runtime == "llmapi" else "ensemble"
+
+
 def endpoint(dep: TritonLLMDeployment) -> str:
     host = f"{naming.serving_name(dep)}.{dep.namespace}.svc"
     route = "generate_stream" if dep.spec.serving.streaming else "generate"
-    model = "tensorrt_llm" if dep.spec.runtime == "llmapi" else "ensemble"
-    return f"http://{host}:{c.HTTP_PORT}/v2/models/{model}/{route}"
+    return f"http://{host}:{c.HTTP_PORT}/v2/models/{model_name(dep)}/{route}"
 
 
 def probes(opts: RenderOptions) -> dict[str, Any]:
@@ -189,7 +195,7 @@ def deployment(
     dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
 ) -> dict[str, Any]:
     labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(dep, naming.serving_name(dep), labels),
@@ -205,13 +211,14 @@ def deployment(
             "template": _pod_template(dep, repo_key, key, opts, role="server"),
         },
     }
+    return _with_revision(obj, [obj["spec"]["template"]])
 
 
 def leader_worker_set(
     dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
 ) -> dict[str, Any]:
     labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": dep.spec.topology.workload_api_version,
         "kind": dep.spec.topology.workload_kind,
         "metadata": metadata(dep, naming.serving_name(dep), labels),
@@ -235,6 +242,56 @@ def leader_worker_set(
             },
         },
     }
+    templates = obj["spec"]["leaderWorkerTemplate"]
+    return _with_revision(obj, [templates["leaderTemplate"], templates["workerTemplate"]])
+
+
+def _with_revision(obj: dict[str, Any], templates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stamp every pod template with the revision: a hash of the templates as rendered, so that
+    it changes exactly when what the serving pods run changes (not with replicas)."""
+    revision = naming.stable_hash(templates)
+    for template in templates:
+        template["metadata"]["annotations"][c.ANNOTATION_REVISION] = revision
+    return obj
+
+
+def template_revision(workload: Mapping[str, Any] | None) -> str | None:
+    """The revision a live or rendered workload's pod template carries (None: not ours)."""
+    spec = (workload or {}).get("spec") or {}
+    tmpl = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate")
+    return (((tmpl or {}).get("metadata") or {}).get("annotations") or {}).get(
+        c.ANNOTATION_REVISION
+    )
+
+
+def verify_name(dep: TritonLLMDeployment) -> str:
+    return f"{naming.serving_name(dep)}-verify"
+
+
+def verify_workload(dep: TritonLLMDeployment, workload: dict[str, Any]) -> dict[str, Any]:
+    """The verification workload of a revision (spec.rollout Verified): the rendered serving
+    workload with one replica (one group), its own name, and component `verify` on its pods
+    (the whole group's, multi node), which the Service does not select: it takes no client traffic
+    while the operator sends it the smoke set. Not autoscaled, not scraped."""
+    obj = copy.deepcopy(workload)
+    obj["metadata"]["name"] = verify_name(dep)
+    obj["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_VERIFY
+    spec = obj["spec"]
+    spec["replicas"] = 1
+    if "template" in spec:  # Deployment: a selector of its own, disjoint from the serving one
+        spec["selector"] = {"matchLabels": verify_selector(dep)}
+        templates = [spec["template"]]
+    else:
+        lwt = spec["leaderWorkerTemplate"]
+        templates = [lwt["leaderTemplate"], lwt["workerTemplate"]]
+    for template in templates:
+        template["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_VERIFY
+        template["metadata"]["annotations"]["prometheus.io/scrape"] = "false"
+    return obj
+
+
+def verify_selector(dep: TritonLLMDeployment) -> dict[str, str]:
+    return {**naming.selector_labels(dep), c.LABEL_COMPONENT: c.COMPONENT_VERIFY}
 
 
 def _serving_metadata(dep: TritonLLMDeployment) -> dict[str, Any]:
@@ -285,18 +342,22 @@ def group_selector(dep: TritonLLMDeployment) -> dict[str, Any]:
             {
                 "key": c.LABEL_COMPONENT,
                 "operator": "In",
-                "values": [c.COMPONENT_SERVER, c.COMPONENT_WORKER],
+                "values": [c.COMPONENT_SERVER, c.COMPONENT_WORKER, c.COMPONENT_VERIFY],
             }
         ],
     }
 
 
-def network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+def network_policy(
+    dep: TritonLLMDeployment, opts: RenderOptions | None = None
+) -> dict[str, Any] | None:
     """Ingress to every serving pod (leaders and workers alike): the serving ports from the
     namespace and the configured sources; multi-node, every port between the deployment's own
     serving pods (sshd, and the ports MPI and NCCL pick at run time, in both directions: the
     workers' orted and NCCL connect back to the leader), which share one SSH key pair. Nothing
-    else reaches them, so a worker's sshd is closed to every other pod."""
+    else reaches them, so a worker's sshd is closed to every other pod. With a verified
+    rollout, the operator's namespace reaches the HTTP port (its smoke requests)."""
+    opts = opts or RenderOptions()
     np = dep.spec.networkPolicy
     if not np.enabled:
         return None
@@ -321,6 +382,13 @@ def network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
         for port in (c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT)
     ]
     ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}]
+    smoke_from = opts.operator_namespace
+    if dep.spec.rollout.strategy == "Verified" and smoke_from and smoke_from != dep.namespace:
+        ingress.append({  # the operator's smoke requests (spec.rollout)
+            "from": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": smoke_from}}}],
+            "ports": [{"protocol": "TCP", "port": c.HTTP_PORT}],
+        })
     if dep.spec.topology.multi_node:
         ingress.append({"from": [{"podSelector": group_selector(dep)}]})
     return {

@@ -9,8 +9,10 @@ config parameter); every other declared output is returned zero-filled with its 
 Decoupled, it sends one response per token as it is generated when asked to stream, else one
 response; responses carry only the outputs the request asked for. TRITONLLM_STANDIN_TOKEN_DELAY
 (seconds, default 0) slows each token down, so that tests can have requests in flight (a graceful
-drain). The GPU stand-in (tensorrt_llm_gpu_standin.py) imports this module for its request
-parsing and responses.
+drain). An engine built from a model whose config.json says
+`"tritonllm_standin_fault": "wrong-answer"` or `"crash-at-load"` makes it answer wrongly or
+fail to load (SIMULATED faults: the tests of verified rollouts). The GPU stand-in
+(tensorrt_llm_gpu_standin.py) imports this module for its request parsing and responses.
 
 Metrics: it exports, through Triton's custom-metrics API for Python models (pb_utils.MetricFamily),
 the TensorRT-LLM backend's families under the same names and labels (`model`, `version` and one
@@ -77,6 +79,25 @@ def _prompt_tokens(request: Any) -> int:
         return int(_scalar(request, "input_lengths") or 0)
     except Exception:
         return 0
+
+
+# SIMULATED faults, for the tests of verified rollouts: a model whose config.json carries
+# FAULT_KEY gets it copied into its checkpoint and engine config.json by the stand-in's fake
+# convert_checkpoint.py and trtllm-build, and the engine then loads but answers wrongly (each
+# generated token shifted by one prompt position) or fails to load.
+FAULT_KEY = "tritonllm_standin_fault"
+FAULT_WRONG_ANSWER = "wrong-answer"
+FAULT_CRASH_AT_LOAD = "crash-at-load"
+
+
+def standin_fault(engine_dir: str) -> str:
+    """The fault the engine's config.json asks for ("" for none, or with no engine there)."""
+    try:
+        with open(os.path.join(engine_dir, "config.json")) as f:
+            engine = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    return str((engine.get("pretrained_config") or {}).get(FAULT_KEY) or "")
 
 
 def _parameter(config: dict[str, Any], name: str) -> str:
@@ -243,6 +264,11 @@ class TritonPythonModel:
             raise ValueError(f"instance_group asks for {instances} instances; the stand-in, like "
                              "the TensorRT-LLM backend, serves with one")
         self.occupancy = occupancy_of(config, dict(os.environ))
+        fault = standin_fault(_parameter(config, "gpt_model_path"))
+        if fault == FAULT_CRASH_AT_LOAD:
+            raise RuntimeError(f"SIMULATED fault {fault!r} (the engine's config.json asks for "
+                               "it): this engine does not load")
+        self.shift = 1 if fault == FAULT_WRONG_ANSWER else 0
         period = _positive(_parameter(config, "stats_check_period_ms"), "stats_check_period_ms")
         self.metrics = BackendMetrics(args["model_name"], args["model_version"], self.occupancy,
                                       (period or DEFAULT_STATS_PERIOD_MS) / 1000)
@@ -304,7 +330,7 @@ class TritonPythonModel:
     def _generate(self, prompt: np.ndarray, request: Any, held: Held) -> Iterator[int]:
         end_id = _scalar(request, "end_id")
         for i in range(int(_scalar(request, "request_output_len"))):
-            token = int(prompt[i % len(prompt)])
+            token = int(prompt[(i + self.shift) % len(prompt)])
             if token == end_id:
                 return
             if self.token_delay:
