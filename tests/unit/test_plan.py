@@ -54,14 +54,14 @@ class World:
         if engine is not None and self.engine_status is not None:
             engine = {**engine, "status": self.engine_status}
         # as tritonllm.handlers.observe reads them: what is rendered, and what should go
-        refs = {o.ref for o in r.objects} | set(optional_refs(self.dep()))
+        wanted = [o.ref for o in r.objects] + optional_refs(self.dep())
         if r.verify_workload is not None:
-            refs.add(r.verify_workload.ref)
+            wanted.append(r.verify_workload.ref)
+        refs = {(ref.kind, ref.name): ref for ref in wanted}
         live = {
-            ref: self.objects[(ref.kind, ref.name)]
-            for ref in refs
-            if ref.kind not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND)
-            and (ref.kind, ref.name) in self.objects
+            refs[k]: v
+            for k, v in self.objects.items()
+            if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND) and k in refs
         }
         name = self.body["metadata"]["name"]
         # as the watch cache holds them (tritonllm.handlers.cache.project_workload)
