@@ -168,6 +168,39 @@ def test_serving_change_rolls_without_rebuilding(
     assert jobs(cluster, namespace, "tritonllm-build-") == builds
 
 
+def test_a_serving_pod_the_scheduler_cannot_place_is_named_within_seconds(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Five replicas of 4 GPUs where the H100 nodes have 16: the fifth pod stays Pending. The
+    scheduler's verdict reaches the status from the watch of serving pods (no pod list)."""
+    prepare_namespace(cluster, namespace)
+    with run_operator(cluster, namespace, tmp_path) as op:
+        cluster.apply([small("unplaced", namespace, engine={"parallelism": {"tensor": 4}},
+                             serving={"replicas": 5})])
+        try:
+            wait_for(lambda: _deployment_exists(cluster, namespace, "unplaced"), timeout=120,
+                     what="the serving Deployment")
+        except Exception as exc:
+            raise AssertionError(f"{exc}: {get_cr(cluster, namespace, 'unplaced')}") from exc
+        created = time.monotonic()
+        lists = op.metric("tritonllm_api_calls_total", verb="list", kind="Pod")  # the Jobs'
+        obj = wait_condition(cluster, namespace, "unplaced", "Progressing", "True",
+                             reason="Unschedulable", timeout=60)
+        seconds = time.monotonic() - created
+        message = condition(obj, "Progressing")["message"]
+        assert "a serving pod cannot be scheduled: unplaced-" in message, message
+        assert "Insufficient nvidia.com/gpu" in message, message
+        print(f"\n[measure] serving pod unschedulable -> in the status: {seconds:.1f} s after "
+              "the Deployment was created")
+        # read from the watch: the operator listed no pod for it
+        listed = op.metric("tritonllm_api_calls_total", verb="list", kind="Pod") - lists
+        assert listed == 0, listed
+
+
+def _deployment_exists(cluster: LocalCluster, ns: str, name: str) -> bool:
+    return cluster.kubectl("get", "deployment", name, "-n", ns, check=False).returncode == 0
+
+
 def test_replicas_change_only_scales(cluster: LocalCluster, namespace: str, tmp_path: Path) -> None:
     prepare_namespace(cluster, namespace)
     with run_operator(cluster, namespace, tmp_path):

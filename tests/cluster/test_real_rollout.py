@@ -157,6 +157,11 @@ def test_verified_rollouts_refuse_bad_engines_and_roll_a_good_one_under_load(
             except Exception as exc:
                 raise AssertionError(f"{exc}\n{_diagnose(cluster, ns, op)}") from exc
             good = time.monotonic() - good_start
+            # the good revision's timeline, its verification included
+            timeline = wait_for(lambda: (lambda ph: ph if ph and all(p.get("end") for p in ph)
+                                         and len(ph) == 6 else None)(
+                (get_cr(cluster, ns, NAME).get("status") or {}).get("phases")),
+                timeout=60, interval=1, what="the good revision's phases all ended")
             time.sleep(3)
             end = time.monotonic()
         answered, failures = load.between(start, end)
@@ -164,6 +169,10 @@ def test_verified_rollouts_refuse_bad_engines_and_roll_a_good_one_under_load(
               f"{len(failures)} failed; wrong-answer engine refused after {wrong:.1f} s, "
               f"crash-at-load engine refused after {crash:.1f} s, good change rolled over "
               f"after {good:.1f} s")
+        print("[measure] the good change's phases: " + ", ".join(
+            f"{p['name']} {p['seconds']:.0f} s" for p in timeline))
+        assert [p["name"] for p in timeline] == ["EngineBuild", "RepositoryWrite", "Verification",
+                                                 "WaitingForGpus", "PodStart", "ModelLoad"]
         assert not failures, failures[:5]
         assert answered > 30
         described = cluster.kubectl("describe", "tllm", NAME, "-n", ns).stdout

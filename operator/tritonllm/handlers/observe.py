@@ -1,13 +1,14 @@
 """Read the world of one deployment: everything the planner's Observed holds.
 
 From the watch caches (tritonllm.handlers.cache), with no API request, except for pods and
-Secrets, which are not cached (serving pods are watched only for containers that exit with an
-error: PodChecks.pod_changed): the pods of a failed Job (their termination messages say why),
-the serving pods while a rollout is not done (the scheduler's complaint), and the pods of a build
-or repository Job that has no running pod (why it does not start; with no pod at all, the Job's
-FailedCreate Events) are listed then, and only then, at most once per PodChecks.RECHECK_SECONDS
-each; the two Secrets a deployment names (the user's token, the MPI keys) are read by name
-(SecretChecks).
+Secrets, which are not cached. Serving pods are watched (label-selected) for three things only,
+kept per deployment by PodChecks.pod_changed: a container that exits with an error, the
+scheduler's verdict on a pod it cannot place, and the timestamps that time the revision's phases.
+Listed only when needed: the pods of a failed Job (their termination messages say why), the
+pods of a build or repository Job that has no running pod (why it does not start; with no pod at
+all, the Job's FailedCreate Events), at most once per PodChecks.JOB_RECHECK_SECONDS per Job, and
+a verified rollout's verification pod once it is Ready (tritonllm.handlers.smoke). The two
+Secrets a deployment names (the user's token, the MPI keys) are read by name (SecretChecks).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ async def observe(
         repo_revisions=cache.repository_revisions(ns, dep.name),
         mpi_secret_present=mpi is not None if spec.topology.multi_node else None,
         mpi_secret=mpi,
-        unschedulable=await pods.unschedulable(kube, dep, workload, verify),
+        unschedulable=pods.unschedulable(dep, workload, verify),
         serving_failure=pods.serving_failure(dep, workload),
         serving_times=pods.serving_times(dep, r.repository_key),
         pods_refused=((workload or {}).get("status") or {}).get("replicaFailure"),
@@ -183,17 +184,18 @@ def _all_ready(workload: Obj) -> bool:
 
 
 class PodChecks:
-    """The scheduler's complaint about a deployment's serving pods, looked up at most once per
-    RECHECK_SECONDS while its rollout is not done (every status change of a rolling workload
-    triggers a reconcile; the scheduler's verdict does not change that fast); and why a Job's
-    pod does not start, looked up at most once per JOB_RECHECK_SECONDS per Job while it has no
-    running pod (a Job shared by several deployments is looked up once for all)."""
+    """What the watch of serving pods tells about each deployment (a container's failure, the
+    scheduler's verdict on a pod it cannot place, the revision's phase times), with no request;
+    and why a Job's pod does not start, looked up at most once per JOB_RECHECK_SECONDS per Job
+    while it has no running pod (a Job shared by several deployments is looked up once for
+    all)."""
 
-    RECHECK_SECONDS = 15.0
     JOB_RECHECK_SECONDS = 10.0
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str], tuple[float, str | None]] = {}
+        # Per deployment, the serving and verification pods the scheduler cannot place, with its
+        # message (from the watch: the PodScheduled condition; no pod list).
+        self._unplaced: dict[tuple[str, str], dict[str, str]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
         # The last serving container failure of each deployment: (its identity, message).
         self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
@@ -212,11 +214,12 @@ class PodChecks:
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if not name:
             return None
+        placed = self._record_unplaced(meta.get("namespace", ""), name, pod)
         if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) == c.COMPONENT_VERIFY:
-            return self._verify_changed(meta.get("namespace", ""), name, pod, message)
+            return self._verify_changed(meta.get("namespace", ""), name, pod, message) or placed
         timed = self._record_times(meta.get("namespace", ""), name, pod)
         if message is None:
-            return name if timed else None
+            return name if timed or placed else None
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         restarts = tuple(str(cs.get("restartCount", 0)) for cs in statuses)
         identity = (meta.get("uid", ""), *restarts)
@@ -224,6 +227,30 @@ class PodChecks:
         if self._failed.get(key, ((), ""))[0] == identity:
             return None
         self._failed[key] = (identity, message)
+        return name
+
+    def pod_gone(self, pod: Obj) -> None:
+        """A serving pod was deleted: the scheduler no longer needs to place it."""
+        meta = pod["metadata"]
+        name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
+        if name:
+            self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
+
+    def _record_unplaced(self, namespace: str, name: str, pod: Obj) -> str | None:
+        """Keep the scheduler's verdict on the pod; the deployment's name when it changed."""
+        said = unschedulable_message([pod])
+        pods = self._unplaced.setdefault((namespace, name), {})
+        pod_name = pod["metadata"].get("name", "")
+        if pods.get(pod_name) == said:
+            if not pods:
+                self._unplaced.pop((namespace, name), None)
+            return None
+        if said is None:
+            pods.pop(pod_name, None)
+        else:
+            pods[pod_name] = said
+        if not pods:
+            self._unplaced.pop((namespace, name), None)
         return name
 
     def _verify_changed(
@@ -303,27 +330,18 @@ class PodChecks:
         self._jobs[key] = (now, stall)
         return stall
 
-    async def unschedulable(
-        self, kube: Kube, dep: TritonLLMDeployment, workload: Obj | None, verify: Obj | None
+    def unschedulable(
+        self, dep: TritonLLMDeployment, workload: Obj | None, verify: Obj | None
     ) -> str | None:
-        """The scheduler's message for a serving or verification pod, while the serving
-        workload or the verification workload has replicas not ready."""
+        """The scheduler's message for a serving or verification pod it cannot place, while
+        the serving or the verification workload has replicas not ready."""
         key = (dep.namespace, dep.name)
         waiting = [w for w in (workload, verify) if w is not None and not _all_ready(w)]
-        if not waiting:
-            self._last.pop(key, None)
-            return None
-        now = time.monotonic()
-        checked = self._last.get(key)
-        if checked is not None and now - checked[0] < self.RECHECK_SECONDS:
-            return checked[1]
-        pods = await kube.list("v1", "Pod", dep.namespace, labels={c.LABEL_INSTANCE: dep.name})
-        message = unschedulable_message(pods)
-        self._last[key] = (now, message)
-        return message
+        unplaced = self._unplaced.get(key) or {}
+        return next(iter(unplaced.values()), None) if waiting else None
 
     def forget(self, namespace: str, name: str) -> None:
-        self._last.pop((namespace, name), None)
+        self._unplaced.pop((namespace, name), None)
         self._failed.pop((namespace, name), None)
         self._verify_failed.pop((namespace, name), None)
         self._times.pop((namespace, name), None)

@@ -230,9 +230,13 @@ async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_:
 
 @kopf.on.event("v1", "pods", labels=MANAGED)
 async def pod_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
-    """Serving pods, for one thing only: a container that exits with an error (its termination
-    message goes into the deployment's conditions; nothing else of a pod is kept)."""
-    if event.get("type") != "DELETED":
+    """Serving and verification pods, for three things only: a container that exits with an
+    error (its termination message goes into the deployment's conditions), the scheduler's
+    verdict on a pod it cannot place, and the timestamps of a revision's first pod (its phases);
+    nothing else of a pod is kept."""
+    if event.get("type") == "DELETED":
+        reconciler().pod_gone(dict(body))
+    else:
         reconciler().pod_changed(dict(body))
 
 

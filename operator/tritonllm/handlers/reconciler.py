@@ -110,6 +110,10 @@ class Reconciler:
         if name:
             self.request(pod["metadata"].get("namespace", ""), name)
 
+    def pod_gone(self, pod: dict[str, Any]) -> None:
+        """A serving pod was deleted (what the scheduler said of it no longer holds)."""
+        self._pods.pod_gone(pod)
+
     def stop(self) -> None:
         """The replica stops acting: requests from now on are dropped."""
         self._stopped = True
