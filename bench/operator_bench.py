@@ -21,16 +21,10 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_ready,
 )
+from tests.helpers import rss_mib
 
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.manifests import DEFAULT_NODES, H100, NodeSpec
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from tests.cluster.test_real_lifecycle import (
     lifecycle_cr,
     rollover,
 )
+from tests.helpers import example_body
 
 from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
@@ -61,7 +62,7 @@ def one_round(
             wait_for(lambda: not _pods(cluster, ns, "server")
                      and not jobs(cluster, ns, "tritonllm-build-"),
                      timeout=180, what="first deployment collected")
-            second = yaml.safe_load(EXAMPLE.read_text())
+            second = example_body(EXAMPLE.stem)
             second["metadata"]["name"] = "cpu-standin-warm"
             start = time.monotonic()
             cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(second))

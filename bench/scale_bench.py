@@ -48,6 +48,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import watch
 from tests.cluster.operator_harness import prepare_namespace, run_operator
+from tests.helpers import rss_mib
 
 from bench import nim_peer
 from tritonllm.api import constants as c
@@ -355,13 +356,6 @@ def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
         key = f"{d.get('verb')} {d.get('resource')}{sub} {d.get('code')}"
         out[key] = out.get(key, 0) + v
     return out
-
-
-def rss_mib(pid: int, field_name: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # --- one N --------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.cluster.operator_harness import Operator, free_port, stop
+from tests.cluster.operator_harness import Operator, stop
+from tests.helpers import free_port, rss_mib
 
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
@@ -33,13 +34,6 @@ from tritonllm_dev.testing import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 SETTLE_SECONDS = 20.0
 CHUNK = 500
-
-
-def rss_mib(pid: int, field: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def foreign_secrets(namespace: str, n: int, size: int) -> list[dict[str, Any]]:

@@ -30,13 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers import example
+from tests.helpers import example, pyz_archive
 from tests.triton.stack import (
     Server,
     TritonInstall,
     ensure_install,
     make_tokenizer,
-    pyz_archive,
     run_stack,
 )
 

@@ -22,10 +22,13 @@ from types import FrameType
 
 import pytest
 
+from tests.helpers import pyz
 from tritonllm_dev import host, images
 from tritonllm_dev.build import ensure_all
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import fresh_namespace
+
+__all__ = ["pyz"]  # fixtures every tier shares (tests/helpers.py)
 
 
 def _cluster_tests_selected(session: pytest.Session) -> bool:

@@ -24,8 +24,6 @@ from typing import Any
 
 import pytest
 
-from tritonllm.runtime.pyz import build_pyz
-
 POD_PYTHON = os.environ.get("TRITONLLM_POD_PYTHON") or sys.executable
 FAKE_TRTLLM_VERSION = "0.13.0"
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -318,11 +316,6 @@ def write_plan(path: Path, plan: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(plan, indent=2))
     return path
-
-
-@pytest.fixture(scope="session")
-def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_pyz(tmp_path_factory.mktemp("pyz") / "tritonllm.pyz")
 
 
 @pytest.fixture

@@ -16,20 +16,18 @@ records them.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from bench.autoscaling import Load, burst, summary
 
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
-from tests.helpers import free_port
+from tests.helpers import example_body, free_port
 from tritonllm.api import constants as c
 from tritonllm_dev import images
 from tritonllm_dev.autoscaling import AutoscalingStack
@@ -39,7 +37,7 @@ from tritonllm_dev.testing import fresh_namespace, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
 
-EXAMPLE = ROOT / "examples" / "cpu-standin-autoscaling.yaml"
+EXAMPLE = "cpu-standin-autoscaling"
 SEED = ROOT / "examples" / "cpu-standin" / "seed.yaml"
 RULES = ROOT / "charts" / "tritonllm" / "files"
 READY_TIMEOUT = 420
@@ -111,10 +109,9 @@ def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def _example(name: str, **autoscaling: Any) -> dict[str, Any]:
-    obj = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    obj = example_body(EXAMPLE, autoscaling=autoscaling)
     obj["metadata"]["name"] = name
-    obj["spec"]["autoscaling"].update(autoscaling)
-    return dict(obj)
+    return obj
 
 
 def _ready(env: Env, name: str) -> dict[str, Any]:

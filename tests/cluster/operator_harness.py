@@ -19,10 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.cases import ROOT
-from tests.helpers import free_port
+from tests.helpers import example_body, free_port
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
 
@@ -150,7 +147,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def load_example(name: str, namespace: str) -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
+    """examples/<name>.yaml, in `namespace`."""
+    obj = example_body(name)
     obj["metadata"]["namespace"] = namespace
     return obj
 

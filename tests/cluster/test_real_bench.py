@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.cluster.operator_harness import run_operator
 from tests.cluster.test_real_flow import EXAMPLE, SEED, _diagnose, _first_answer, restrict
+from tests.helpers import example_body
 from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.node import REGISTRY_ADDR
@@ -32,7 +32,7 @@ def test_bench_a_deployment_by_name_on_the_real_node(
     cluster.kubectl("apply", "-n", ns, "-f", str(SEED))
     cluster.kubectl("wait", "-n", ns, "--for=condition=complete", "job/cpu-standin-seed",
                     "--timeout=240s", timeout=270)
-    name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
+    name = example_body(EXAMPLE.stem)["metadata"]["name"]
     with run_operator(cluster, ns, tmp_path, tools_image=refs["operator"]) as op:
         cluster.kubectl("apply", "-n", ns, "-f", str(EXAMPLE))
         _first_answer(cluster, ns, name, op, 420)

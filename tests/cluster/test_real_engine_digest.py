@@ -27,6 +27,7 @@ from tests.cluster.test_real_flow import (
     _volume_dir,
     seeded,
 )
+from tests.helpers import example_body
 from tests.unit.test_engine_digest import rewrite_store
 from tritonllm.runtime import engine_files, verified
 from tritonllm_dev.local import LocalCluster
@@ -38,7 +39,7 @@ NAME = "digest"
 
 
 def digest_cr() -> dict[str, Any]:
-    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj = example_body(EXAMPLE.stem)
     obj["metadata"] = {"name": NAME}
     obj["spec"]["engine"]["parallelism"] = {"tensor": 1, "pipeline": 1}
     obj["spec"]["podTemplate"]["resources"] = {"cpu": "0.9", "memory": "3Gi"}

@@ -19,9 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import yaml
 
 from tests.cases import ROOT
@@ -33,7 +31,7 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_condition,
 )
-from tests.helpers import ranks
+from tests.helpers import grpc_stream, prompt_inputs, ranks, stream_texts
 from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
@@ -160,34 +158,8 @@ def _volume_dir(cluster: LocalCluster, ns: str, claim: str) -> Path:
 
 
 def _grpc_stream(address: str) -> list[str]:
-    import queue
-
-    responses: queue.Queue[Any] = queue.Queue()
-    client = grpcclient.InferenceServerClient(address)
-    try:
-        client.start_stream(callback=lambda result, error: responses.put((result, error)))
-        inputs = []
-        for name, dtype, value in (
-            ("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
-            ("max_tokens", "INT32", np.array([[3]], np.int32)),
-            ("stream", "BOOL", np.array([[True]], bool)),
-        ):
-            tensor = grpcclient.InferInput(name, [1, 1], dtype)
-            tensor.set_data_from_numpy(value)
-            inputs.append(tensor)
-        client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
-        texts = []
-        while True:
-            result, error = responses.get(timeout=60)
-            assert error is None, error
-            text = result.as_numpy("text_output")
-            if text is not None:
-                texts.append(text.reshape(-1)[0].decode())
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                return texts
-    finally:
-        client.stop_stream()
-        client.close()
+    """The texts of one streamed request to the ensemble over gRPC."""
+    return stream_texts(grpc_stream(address, "ensemble", prompt_inputs(PROMPT, 3)))
 
 
 def _client_pod(image: str, url: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from tests.cluster.test_real_flow import (
     _volume_dir,
     seeded,
 )
+from tests.helpers import example_body
 from tritonllm.api.constants import LABEL_ENGINE_KEY
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
@@ -50,7 +51,7 @@ CLIENTS = 3  # concurrent client threads: at most this many requests are in flig
 
 
 def lifecycle_cr() -> dict[str, Any]:
-    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj = example_body(EXAMPLE.stem)
     obj["metadata"] = {"name": NAME}
     spec = obj["spec"]
     spec["engine"]["parallelism"] = {"tensor": 1, "pipeline": 1}

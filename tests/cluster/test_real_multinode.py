@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, get_cr, run_operator, wait_condition
@@ -50,6 +49,7 @@ from tests.cluster.test_real_flow import (
     restrict,
 )
 from tests.cluster.test_real_lifecycle import Load
+from tests.helpers import example_body
 from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
@@ -111,10 +111,8 @@ def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def example(name: str = NAME, **spec: Any) -> dict[str, Any]:
-    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj = example_body(EXAMPLE.stem, **spec)
     obj["metadata"] = {"name": name}
-    for key, value in spec.items():
-        obj["spec"][key] = {**obj["spec"].get(key, {}), **value}
     return obj
 
 

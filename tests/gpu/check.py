@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
@@ -54,7 +53,16 @@ from bench.triton_pipeline import PROMPT, drive, pct
 from tests.fake_trtllm import FakeImage, relocate, write_plan
 from tests.gpu import pods
 from tests.gpu.pods import PodsStack
-from tests.helpers import example, free_ports
+from tests.helpers import (
+    cmdline,
+    cpus_allowed,
+    descendants,
+    example,
+    free_ports,
+    grpc_inputs,
+    grpc_stream,
+    pyz_archive,
+)
 from tests.triton.stack import (
     GPU_STANDIN,
     STANDIN,
@@ -63,13 +71,9 @@ from tests.triton.stack import (
     Stack,
     TritonInstall,
     carried_install,
-    cmdline,
-    cpus_allowed,
-    descendants,
     ensure_install,
     launch_env,
     make_tokenizer,
-    pyz_archive,
     ranks_of,
     run_stack,
 )
@@ -367,36 +371,12 @@ def metrics(server: Server) -> list[Sample]:
         return parse_metrics(r.read().decode())
 
 
-def grpc_stream(server: Server, model: str, inputs: list[tuple[str, str, Any]],
-                output: str, only: bool = False) -> list[Any]:
+def stream_outputs(server: Server, model: str, inputs: list[tuple[str, str, Any]],
+                   output: str, only: bool = False) -> list[Any]:
     """Every response's `output` of one decoupled gRPC stream request (tritonclient); with
     `only`, the request asks for that output alone (as gRPC clients do)."""
-    import tritonclient.grpc as grpcclient
-
-    responses: queue.Queue[Any] = queue.Queue()
-    client = grpcclient.InferenceServerClient(server.grpc)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    tensors = []
-    for name, dtype, value in inputs:
-        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        tensors.append(tensor)
-    outputs = [grpcclient.InferRequestedOutput(output)] if only else None
-    client.async_stream_infer(model, tensors, outputs=outputs, enable_empty_final_response=True)
-    out = []
-    try:
-        while True:
-            result, error = responses.get(timeout=60)
-            if error is not None:
-                raise RuntimeError(str(error))
-            value = result.as_numpy(output)
-            if value is not None:
-                out.append(value)
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                return out
-    finally:
-        client.stop_stream()
-        client.close()
+    results = grpc_stream(server.grpc, model, inputs, outputs=[output] if only else None)
+    return [value for result in results if (value := result.as_numpy(output)) is not None]
 
 
 def grpc_infer(server: Server, model: str, inputs: list[tuple[str, str, Any]],
@@ -405,13 +385,8 @@ def grpc_infer(server: Server, model: str, inputs: list[tuple[str, str, Any]],
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(server.grpc)
-    tensors = []
-    for name, dtype, value in inputs:
-        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        tensors.append(tensor)
     try:
-        return client.infer(model, tensors).as_numpy(output)
+        return client.infer(model, grpc_inputs(inputs)).as_numpy(output)
     finally:
         client.close()
 
@@ -454,7 +429,7 @@ def answers(stack: Stack, vocab: dict[str, int], check: Checks, tag: str) -> Non
     texts = [e.get("text_output") for e in events]
     check(f"[{tag}] HTTP generate_stream = reference, one event per token",
           texts == words(ref, vocab) and not [e for e in events if "error" in e], texts)
-    streamed = grpc_stream(server, "ensemble", [
+    streamed = stream_outputs(server, "ensemble", [
         ("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
         ("max_tokens", "INT32", np.array([[n]], np.int32)),
         ("stream", "BOOL", np.array([[True]], bool))], "text_output")
@@ -462,14 +437,14 @@ def answers(stack: Stack, vocab: dict[str, int], check: Checks, tag: str) -> Non
     check(f"[{tag}] gRPC stream (tritonclient, ensemble) = reference",
           got == words(ref, vocab), got)
     for model in ("ensemble", "tensorrt_llm_bls"):  # a subset of the outputs: they are pruned
-        streamed = grpc_stream(server, model, [
+        streamed = stream_outputs(server, model, [
             ("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
             ("max_tokens", "INT32", np.array([[n]], np.int32)),
             ("stream", "BOOL", np.array([[True]], bool))], "text_output", only=True)
         got = [v.reshape(-1)[0].decode() for v in streamed]
         check(f"[{tag}] gRPC stream ({model}, text_output only) = reference",
               got == words(ref, vocab), got)
-    ids = grpc_stream(server, "tensorrt_llm", ids_in, "output_ids")
+    ids = stream_outputs(server, "tensorrt_llm", ids_in, "output_ids")
     tokens = [int(t) for v in ids for t in v.reshape(-1)]
     check(f"[{tag}] gRPC stream tensorrt_llm output_ids = unsharded reference (bit-exact "
           "all-reduce)", tokens == ref, tokens)

@@ -35,12 +35,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import cmdline, proc_status
 from tests.triton.stack import (
     STARTUP_SECONDS,
     OnGpus,
     Server,
     TritonInstall,
-    cmdline,
     is_ready,
     launch_env,
     stack_repository,
@@ -334,10 +334,7 @@ def named_netns_inode(netns: str) -> int:
 
 
 def uid_of(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Uid:"):
-            return int(line.split()[1])
-    raise ValueError(pid)
+    return int(proc_status(pid, "Uid").split()[0])  # the real uid
 
 
 # --- the group's launch ---------------------------------------------------------------------

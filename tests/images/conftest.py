@@ -19,13 +19,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helpers import free_port
+from tests.helpers import cmdline, descendants, free_port, pids
 from tritonllm_dev import images, oci
 from tritonllm_dev.versions import REGISTRY
 
@@ -189,33 +188,6 @@ def kill_tree(pid: int) -> None:
     for victim in [*descendants(pid), pid]:
         with contextlib.suppress(OSError):
             os.kill(victim, signal.SIGKILL)
-
-
-def pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
-
-
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for p in pids():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{p}/stat").read_text()
-            parents[p] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        kids = [p for p, parent in parents.items() if parent == current]
-        out += kids
-        todo += kids
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import free_ports
+from tests.helpers import cmdline, descendants, example_body, free_ports
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, RenderOptions, render_all
 from tritonllm_dev import images, oci
 
-from .conftest import REPORT, Runner, cmdline, descendants, kill_tree, run_tree
+from .conftest import REPORT, Runner, kill_tree, run_tree
 
 pytestmark = pytest.mark.images
 
@@ -313,7 +313,7 @@ def _loopback_ports(plan: dict[str, Any], ports: list[int]) -> dict[str, Any]:
 
 
 def _deployment(pushed: dict[str, images.ImageResult]) -> Rendered:
-    body = yaml.safe_load((ROOT / "examples" / "gpt2-medium.yaml").read_text())
+    body = example_body("gpt2-medium")
     body["spec"]["image"] = pushed["triton-standin"].reference
     body["spec"]["model"]["source"] = f"pvc://{STORE_CLAIM}/models/gpt2-medium"
     body["spec"]["gpu"]["product"] = "NVIDIA-CPU-STANDIN"

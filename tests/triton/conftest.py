@@ -24,7 +24,6 @@ from .stack import (
     TritonInstall,
     ensure_install,
     make_tokenizer,
-    pyz_archive,
     run_stack,
 )
 
@@ -48,11 +47,6 @@ def triton_install() -> TritonInstall:
 @pytest.fixture(scope="session")
 def tokenizer_dir(triton_install: TritonInstall, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tokenizer(triton_install, tmp_path_factory.mktemp("tokenizer"))
-
-
-@pytest.fixture(scope="session")
-def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return pyz_archive(tmp_path_factory.mktemp("pyz"))
 
 
 @pytest.fixture(scope="session")

@@ -46,13 +46,12 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tests.helpers import free_ports
+from tests.helpers import children, cmdline, descendants, free_ports
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.render import render_all
 from tritonllm.runtime.build import ARTIFACT_SCHEMA
 from tritonllm.runtime.engine_files import engine_checksums
-from tritonllm.runtime.pyz import build_pyz
 from tritonllm.triton.launch import TRITONSERVER, LaunchSpec, mpirun_argv
 from tritonllm.triton.repository import render_repository
 
@@ -449,78 +448,6 @@ def run_stack(install: TritonInstall, dep: TritonLLMDeployment, root: Path, toke
         yield Stack(server, proc, spec, plan, log, time.monotonic() - started)
     finally:
         _stop(proc)
-
-
-def pyz_archive(out_dir: Path) -> Path:
-    return build_pyz(out_dir / "tritonllm.pyz")
-
-
-# --- processes and sockets (from /proc) ----------------------------------------------------------
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
-
-
-def children(pid: int) -> list[int]:
-    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-    return sorted(p for p in pids if _ppid(p) == pid)
-
-
-def descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        kids = children(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def cpus_allowed(pid: int) -> str:
-    """The CPUs a process may run on (/proc/<pid>/status Cpus_allowed_list, e.g. '0-31')."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return line.split(":", 1)[1].strip()
-    raise ValueError(f"no Cpus_allowed_list for pid {pid}")
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports on which the process holds a listening socket (/proc/<pid>/fd + /proc/net)."""
-    inodes = set()
-    with contextlib.suppress(OSError):
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                target = os.readlink(fd)
-                if target.startswith("socket:["):
-                    inodes.add(target[len("socket:["):-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,6 @@ prepended (add_special_tokens) and <s> is dropped on decoding (skip_special_toke
 from __future__ import annotations
 
 import json
-import queue
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+
+from tests.helpers import grpc_stream, prompt_inputs, stream_texts
 
 from .conftest import EXAMPLE, example
 from .stack import Server, ensure_install, python312, run_stack
@@ -131,27 +132,8 @@ def test_generate_stream_with_cpu_standin(streaming: Server, model: str) -> None
 
 
 def test_grpc_stream_with_cpu_standin(streaming: Server) -> None:
-    responses: queue.Queue[Any] = queue.Queue()
-    client = grpcclient.InferenceServerClient(streaming.grpc)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    inputs = []
-    for name, dtype, value in (("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
-                               ("max_tokens", "INT32", np.array([[3]], np.int32)),
-                               ("stream", "BOOL", np.array([[True]], bool))):
-        tensor = grpcclient.InferInput(name, [1, 1], dtype)
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
-    client.async_stream_infer("ensemble", inputs, enable_empty_final_response=True)
-    texts = []
-    while True:
-        result, error = responses.get(timeout=30)
-        assert error is None, error
-        text = result.as_numpy("text_output")
-        if text is not None:
-            texts.append(text.reshape(-1)[0].decode())
-        if result.get_response().parameters["triton_final_response"].bool_param:
-            break
-    client.stop_stream()
+    results = grpc_stream(streaming.grpc, "ensemble", prompt_inputs(PROMPT, 3), timeout=30)
+    texts = stream_texts(results)
     assert texts == ["", "hello", "world"]
 
 
@@ -185,32 +167,10 @@ def test_grpc_stream_asking_for_text_output_only(request: pytest.FixtureRequest,
     kept its response iterators of `tensorrt_llm` for the GIL's sake."""
     server: Server = request.getfixturevalue(
         "streaming" if python == "default" else "streaming_py312")
-    responses: queue.Queue[Any] = queue.Queue()
-    client = grpcclient.InferenceServerClient(server.grpc)
-    client.start_stream(callback=lambda result, error: responses.put((result, error)))
-    inputs = []
-    for name, dtype, value in (("text_input", "BYTES", np.array([[PROMPT.encode()]], object)),
-                               ("max_tokens", "INT32", np.array([[5]], np.int32)),
-                               ("stream", "BOOL", np.array([[True]], bool))):
-        tensor = grpcclient.InferInput(name, [1, 1], dtype)
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
-    client.async_stream_infer(model, inputs, enable_empty_final_response=True,
-                              outputs=[grpcclient.InferRequestedOutput("text_output")])
-    texts, names = [], set()
-    try:
-        while True:
-            result, error = responses.get(timeout=30)
-            assert error is None, error.message()
-            names |= {out.name for out in result.get_response().outputs}
-            text = result.as_numpy("text_output")
-            if text is not None:
-                texts.append(text.reshape(-1)[0].decode())
-            if result.get_response().parameters["triton_final_response"].bool_param:
-                break
-    finally:
-        client.stop_stream()
-        client.close()
+    results = grpc_stream(server.grpc, model, prompt_inputs(PROMPT, 5),
+                          outputs=["text_output"], timeout=30)
+    texts = stream_texts(results)
+    names = {out.name for result in results for out in result.get_response().outputs}
     assert texts == ["", "hello", "world", "", "hello"]
     assert names == {"text_output"}
 

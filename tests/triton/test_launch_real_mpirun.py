@@ -24,17 +24,13 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import alive, cmdline, cpus_allowed, descendants, listening_ports
 from tritonllm.render import render_all
 from tritonllm.triton.launch import mpirun_argv, rank_args
 
 from .conftest import EXAMPLE, example
 from .stack import (
     Stack,
-    alive,
-    cmdline,
-    cpus_allowed,
-    descendants,
-    listening_ports,
     production_spec,
     ranks_of,
     undo_adaptations,

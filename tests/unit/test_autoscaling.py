@@ -129,7 +129,7 @@ def test_switching_autoscalers_removes_what_the_old_one_needed() -> None:
             ("Service", "demo-backend"), ("ConfigMap", "demo-activator")} <= set(w.objects)
     w.body["spec"]["autoscaling"] = {"maxReplicas": 4}
     p = w.step()
-    deleted = {(kind, name) for _, kind, name in p.delete}
+    deleted = {(ref.kind, ref.name) for ref in p.delete}
     assert deleted >= {("ScaledObject", "demo"), ("Deployment", "demo-activator"),
                        ("Service", "demo-backend"), ("ConfigMap", "demo-activator")}
     assert "HorizontalPodAutoscaler" in kinds(p)
@@ -143,7 +143,7 @@ def test_keda_replicas_are_never_written_by_the_operator() -> None:
         w.objects[("Deployment", "demo")]["spec"]["replicas"] = replicas  # KEDA's HPA
         p = w.step()
         assert p.scale is None
-        assert all(o.ref != ("Deployment", "demo") for o in p.apply)
+        assert all((o.kind, o.name) != ("Deployment", "demo") for o in p.apply)
 
 
 def test_keda_without_its_crd_says_so_before_anything_is_built() -> None:

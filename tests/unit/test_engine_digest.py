@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.fake_trtllm import FakeImage, image, pyz, write_plan
+from tests.fake_trtllm import FakeImage, image, write_plan
 from tests.unit.test_plan import World
 from tests.unit.test_runtime_launch import built, run_launch, verified_line
 from tritonllm.api import constants as c
@@ -26,7 +26,7 @@ from tritonllm.plan.observed import build_report, serving_failure
 from tritonllm.render import RenderOptions
 from tritonllm.runtime import engine_files, report, verified
 
-__all__ = ["image", "pyz"]  # fixtures
+__all__ = ["image"]  # fixture (pyz: tests/conftest.py)
 
 DIGEST = "sha256:" + "a" * 64
 PRINTS = "sha256:" + "b" * 64

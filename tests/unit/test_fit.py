@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.cases import cr
+from tests.cases import ROOT, cr
+from tests.helpers import example_body
 from tritonllm.api import fit
 from tritonllm.api.deployment import InvalidDeployment, fit_status, parse_deployment
 from tritonllm.cli import bench
 from tritonllm.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
 H100 = "NVIDIA-H100-80GB-HBM3"
-
-
-def example(name: str) -> dict[str, Any]:
-    return dict(yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text()))
 
 
 def test_parameter_counts_match_the_published_sizes() -> None:
@@ -118,7 +113,7 @@ def test_candidates_try_tp_then_pp_then_nodes() -> None:
 ])
 def test_the_seeds_choices_fit_and_auto_would_choose(name: str, chosen: str,
                                                      seed_choice: str) -> None:
-    obj = example(name)
+    obj = example_body(name)
     dep = parse_deployment(obj)  # the seed's own choice fits: not refused
     status = fit_status(dep.spec, auto=False)
     assert status is not None and status.chosen == seed_choice

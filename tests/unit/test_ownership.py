@@ -19,7 +19,7 @@ from tritonllm.handlers.execute import NameConflict, WriteRefused, execute, fail
 from tritonllm.handlers.reconciler import Reconciler
 from tritonllm.k8s.client import KubeError
 from tritonllm.plan.writes import Decision
-from tritonllm.render import render_all
+from tritonllm.render import ObjectRef, render_all
 
 LOG = logging.LoggerAdapter(logging.getLogger("test"), {})
 
@@ -195,7 +195,7 @@ def test_another_objects_is_never_deleted() -> None:
                            "ownerReferences": [{"kind": "TritonLLMDeployment", "name": "demo",
                                                 "uid": "uid-before"}]}}
     kube = FakeKube([body, theirs])
-    plan = Decision(delete=[("policy/v1", "PodDisruptionBudget", "demo")])
+    plan = Decision(delete=[ObjectRef("policy/v1", "PodDisruptionBudget", "default", "demo")])
     with pytest.raises(NameConflict, match="PodDisruptionBudget/demo"):
         asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert ("PodDisruptionBudget", "default", "demo") in kube.objects

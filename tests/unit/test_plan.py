@@ -27,7 +27,7 @@ from tritonllm.plan.reconcile import (
     plan_invalid,
     unschedulable_message,
 )
-from tritonllm.render import RenderOptions, naming, render_all
+from tritonllm.render import ObjectRef, RenderOptions, naming, render_all
 
 T0 = dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC)
 UID = "uid-1"
@@ -54,11 +54,12 @@ class World:
         if engine is not None and self.engine_status is not None:
             engine = {**engine, "status": self.engine_status}
         # as tritonllm.handlers.observe reads them: what is rendered, and what should go
-        refs = {o.ref for o in r.objects} | {(k, n) for _, k, n in optional_refs(self.dep())}
+        wanted = [o.ref for o in r.objects] + optional_refs(self.dep())
         if r.verify_workload is not None:
-            refs.add(r.verify_workload.ref)
+            wanted.append(r.verify_workload.ref)
+        refs = {(ref.kind, ref.name): ref for ref in wanted}
         live = {
-            k: v
+            refs[k]: v
             for k, v in self.objects.items()
             if k[0] not in ("Job", "PersistentVolumeClaim", c.ENGINE_KIND) and k in refs
         }
@@ -107,18 +108,19 @@ class World:
         )
         p = plan(self.body, dep, r, self.observe(r))
         for obj in p.apply:
-            self.objects[obj.ref] = copy.deepcopy(obj.body)
+            self.objects[(obj.kind, obj.name)] = copy.deepcopy(obj.body)
         for obj in p.create:  # created with a fresh uid, which the engine record keeps
             body = copy.deepcopy(obj.body)
             body["metadata"]["uid"] = uid = f"created-{obj.kind}-{len(self.objects)}"
-            self.objects[obj.ref] = body
+            self.objects[(obj.kind, obj.name)] = body
             assert p.engine_status is not None
             p.engine_status[RECORDED_AS[obj.kind]] = uid
-        for _, kind, name in p.delete:
-            self.objects.pop((kind, name), None)
+        for ref in p.delete:
+            self.objects.pop((ref.kind, ref.name), None)
         if p.scale:
-            wl = self.objects[(p.scale[1], self.body["metadata"]["name"])]
-            wl["spec"]["replicas"] = p.scale[2]
+            workload, replicas = p.scale
+            wl = self.objects[(workload.kind, self.body["metadata"]["name"])]
+            wl["spec"]["replicas"] = replicas
         if p.engine_status is not None:
             self.engine_status = p.engine_status
         if p.status is not None:
@@ -309,13 +311,13 @@ def test_failed_build_reports_log_tail_and_retries_with_backoff() -> None:
     assert degraded["status"] == "True" and degraded["reason"] == "BuildFailed"
     assert "CUDA out of memory" in degraded["message"]
     assert ("Warning", "BuildFailed") in [(t, r) for t, r, _ in p.events]
-    assert ("batch/v1", "Job", job) not in p.delete  # still backing off
+    assert ObjectRef("batch/v1", "Job", "default", job) not in p.delete  # still backing off
     # the same failed Job is counted once
     p = w.step()
     assert w.engine_status["attempts"] == 1 and p.build_result is None
     w.now = T0 + dt.timedelta(seconds=backoff_seconds(1) + 1)
     p = w.step()
-    assert ("batch/v1", "Job", job) in p.delete
+    assert ObjectRef("batch/v1", "Job", "default", job) in p.delete
     p = w.step()
     assert ("Job", job) in [(o.kind, o.name) for o in p.create]
 
@@ -402,7 +404,7 @@ def test_replicas_change_during_a_build_scales_the_running_workload() -> None:
     w.body["spec"]["engine"] = {"dtype": "bfloat16"}
     w.body["spec"]["serving"] = {"replicas": 3}
     p = w.step()
-    assert p.scale == ("apps/v1", "Deployment", 3)
+    assert p.scale == (ObjectRef("apps/v1", "Deployment", "default", "demo"), 3)
 
 
 def test_autoscaled_replicas_are_never_touched() -> None:

@@ -94,7 +94,8 @@ def test_a_passed_smoke_set_rolls_the_serving_workload_and_removes_the_verificat
     assert verified["seconds"] == 42.0 and "status.rollout" in verified["source"]
     assert _serving_revision(w) == target
     assert _live(w, "-verify") is None
-    assert ("apps/v1", "Deployment", f"{NAME}-verify") in [tuple(x) for x in p.delete]
+    assert ("apps/v1", "Deployment", f"{NAME}-verify") in [
+        (x.api_version, x.kind, x.name) for x in p.delete]
     rollout = w.body["status"]["rollout"]
     assert rollout["state"] == "Verified" and "answered all 1 smoke requests" in rollout["message"]
     assert r.VERIFIED in _events(p)

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.cases import EXAMPLES, ROOT
-from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
-from tests.helpers import render_example
+from tests.cases import EXAMPLES
+from tests.fake_trtllm import GPU_NAME, FakeImage, image, relocate, write_plan
+from tests.helpers import example_body, render_example
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, render_all
 from tritonllm.runtime import report
 
-__all__ = ["image", "pyz"]  # fixtures
+__all__ = ["image"]  # fixture (pyz: tests/conftest.py)
 
 HF_TOKEN = "hf_fake_token"
 DOWNLOADED = [
@@ -529,7 +528,7 @@ def _auto_kv_fp8_plan(img: FakeImage) -> dict[str, Any]:
     """gpt2-medium with architecture auto and an fp8 KV cache: llama's converter has
     --fp8_kv_cache, gpt's has none, so the plan carries an argv for one and a refusal for the
     other, and the build decides from config.json."""
-    obj = yaml.safe_load((ROOT / "examples" / "gpt2-medium.yaml").read_text())
+    obj = example_body("gpt2-medium")
     obj["spec"]["model"]["architecture"] = "auto"
     obj["spec"]["engine"]["quantization"] = {"kvCacheDtype": "fp8"}
     plan = build_plan_for(render_all(parse_deployment(obj)), img)

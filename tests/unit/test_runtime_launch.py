@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.fake_trtllm import GPU_NAME, FakeImage, image, pyz, relocate, write_plan
+from tests.fake_trtllm import GPU_NAME, FakeImage, image, relocate, write_plan
 from tests.helpers import free_port, render_example
 from tritonllm.render.mpi import ssh_key_pairs
 from tritonllm.runtime import build as build_module
 from tritonllm.runtime import engine_files, launch, probes, report, ssh, verified
 from tritonllm.triton.launch import MpiSsh, rsh_agent
 
-__all__ = ["image", "pyz"]  # fixtures
+__all__ = ["image"]  # fixture (pyz: tests/conftest.py)
 
 MULTI = "llama-70b-multinode"
 LEADER_ADDRESS = f"{MULTI}-0.{MULTI}.default"

@@ -13,10 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.fake_trtllm import pyz
 from tritonllm.runtime import pyz as pyz_module
-
-__all__ = ["pyz"]  # fixture
 
 BLOCKER = """
 import importlib.abc, sys

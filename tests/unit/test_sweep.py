@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cases import ROOT
+from tritonllm.api import constants as c
 from tritonllm.render import serving
 from tritonllm.triton import launch
 
@@ -127,6 +128,14 @@ def test_the_cache_hit_is_decided_by_one_function_called_once_per_phase() -> Non
     assert len(repeated) == 1 and repeated[0].startswith("operator/tritonllm/plan/engine.py")
 
 
+def test_the_reserved_pod_keys_stay_protected() -> None:
+    """LABEL_DEPLOYMENT and ANNOTATION_TRTLLM_VERSION are on no pod, yet are not dead: they are
+    reserved keys users may not set (api/constants.py says why), refused at admission."""
+    assert {c.LABEL_DEPLOYMENT, c.ANNOTATION_TRTLLM_VERSION} <= set(c.OPERATOR_POD_KEYS)
+    crd = (ROOT / "crds" / "tritonllm.io_tritonllmdeployments.yaml").read_text()
+    assert f"'{c.LABEL_DEPLOYMENT}'" in crd and f"'{c.ANNOTATION_TRTLLM_VERSION}'" in crd
+
+
 def test_the_endpoint_and_mpirun_helpers_take_only_what_they_use() -> None:
     assert list(inspect.signature(serving.endpoint).parameters) == ["dep"]
     assert list(inspect.signature(launch.mpirun_argv).parameters) == ["spec", "mpirun"]
@@ -145,10 +154,30 @@ def test_the_run_module_parses_its_flags_like_the_run_verb() -> None:
     assert "Traceback" not in bad.stderr
 
 
+# What the test tiers and the benches share, each defined once in tests/helpers.py: free ports,
+# the examples as written, the zipapp and its fixture, the /proc readers, the gRPC stream client.
+SHARED_TEST_HELPERS = (
+    "free_port", "free_ports", "example_body", "pyz_archive", "pyz", "pids", "cmdline", "ppid",
+    "alive", "children", "descendants", "proc_status", "cpus_allowed", "rss_mib",
+    "listening_ports", "grpc_inputs", "grpc_stream", "stream_texts",
+)
+
+
 def test_shared_test_helpers_are_defined_once() -> None:
     """Helpers that several tiers need live in tests/helpers.py, not in a copy per tier."""
-    copies = _hits(r"^def _?free_ports?\(", "tests")
-    assert [h.split(":")[0] for h in copies] == ["tests/helpers.py", "tests/helpers.py"]
+    names = "|".join(SHARED_TEST_HELPERS)
+    copies = _hits(rf"^def _?({names})\(", "tests", "bench")
+    # (the real-node flow's _grpc_stream is one line over grpc_stream: the ensemble's texts)
+    wrapper = "tests/cluster/test_real_flow.py"
+    assert sorted(h.split(":")[0] for h in copies if not h.startswith(wrapper)) == [
+        "tests/helpers.py"] * len(SHARED_TEST_HELPERS)
+    # An example is read by its name in one place (example_body); the rest pass it a name.
+    loads = _hits(r"\"examples\" / f?\"[^\"]+\.yaml\"\)\.read_text", "tests", "bench")
+    assert [h.split(":")[0] for h in loads] == ["tests/helpers.py"]
+    # The stream client is not written out again (queue of responses, final-response flag).
+    flags = _hits(r"triton_final_response", "tests", "bench",
+                  skip=("tests/triton/standin/", "tests/contract/"))
+    assert [h.split(":")[0] for h in flags] == ["tests/helpers.py"]
 
 
 def test_the_architecture_page_names_every_package_and_has_the_glossary() -> None:
@@ -156,6 +185,23 @@ def test_the_architecture_page_names_every_package_and_has_the_glossary() -> Non
     packages = sorted(p.name for p in OPERATOR.iterdir() if (p / "__init__.py").is_file())
     assert [p for p in packages if f"`tritonllm.{p}`" not in text] == []
     assert "`tritonllm_dev`" in text and "## Glossary" in text
-    runtime = sorted(p.stem for p in (OPERATOR / "runtime").glob("*.py") if p.stem != "__init__")
-    row = next(line for line in text.splitlines() if line.startswith("| `tritonllm.runtime` |"))
-    assert [m for m in runtime if m != "pyz" and f"`{m}`" not in row] == []
+    # Every module of these packages is named in its row (runtime: but the zipapp's builder).
+    for package in ("plan", "handlers", "k8s", "runtime"):
+        modules = sorted(p.stem for p in (OPERATOR / package).glob("*.py") if p.stem != "__init__")
+        row = next(line for line in text.splitlines()
+                   if line.startswith(f"| `tritonllm.{package}` |"))
+        assert [m for m in modules if m != "pyz" and f"`{m}`" not in row] == [], package
+
+
+@pytest.mark.parametrize(("word", "name"), [
+    ("object reference", "ObjectRef"), ("event note", "EventNote"), ("decision", "Decision"),
+    ("observed", "Observed"), ("rendered", "Rendered"),
+])
+def test_the_glossary_says_where_each_core_type_is_defined(word: str, name: str) -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    glossary = text[text.index("## Glossary"):]
+    row = next(line for line in glossary.splitlines() if line.startswith(f"| {word} |"))
+    named = re.findall(r"`(\w+/\w+\.py)`", row) + [
+        f"{package}/__init__.py" for package in re.findall(r"`tritonllm\.(\w+)`", row)]
+    defined = [h.split(":")[0] for h in _hits(rf"^class {name}\b", "operator")]
+    assert len(defined) == 1 and defined[0].removeprefix("operator/tritonllm/") in named, row

@@ -31,6 +31,7 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
 LABEL_ENGINE_KEY: Final = f"{GROUP}/engine-key"
 LABEL_REPO_KEY: Final = f"{GROUP}/repository-key"
+# Reserved (see OPERATOR_POD_KEYS); also labels `tritonllm bench`'s results ConfigMap.
 LABEL_DEPLOYMENT: Final = f"{GROUP}/deployment"
 
 APP_NAME: Final = "tritonllm"
@@ -47,13 +48,18 @@ COMPONENT_STORE: Final = "model-store"
 
 # --- annotations --------------------------------------------------------------------------
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
-ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"
+ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"  # reserved (OPERATOR_POD_KEYS)
 # On a serving pod template: the revision it renders (a hash of the template without this key).
 ANNOTATION_REVISION: Final = f"{GROUP}/revision"
 
-# Pod label and annotation keys that only the operator writes: which engine and repository a pod
-# runs (read back from the workload's pod template), the spec hash of an object and the engine's
-# TensorRT-LLM version. podTemplate.labels and podTemplate.annotations may not use them.
+# Pod label and annotation keys of the operator's own, which podTemplate.labels and
+# podTemplate.annotations may not use (the CRD's CEL rule and the operator refuse them; render
+# never copies them). The operator writes the engine and repository a pod runs (read back from
+# the workload's pod template), the spec hash and the revision. LABEL_DEPLOYMENT and
+# ANNOTATION_TRTLLM_VERSION are on no pod today and stay on purpose, as reserved keys: taking
+# them out would accept specs that admission refuses now (a change of the CRD) and hand keys of
+# the operator's domain to users, which a later release could then not take back without
+# refusing their objects (tests/unit/test_sweep.py keeps them protected).
 OPERATOR_POD_KEYS: Final = (
     LABEL_ENGINE_KEY,
     LABEL_REPO_KEY,

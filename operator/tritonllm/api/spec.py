@@ -910,14 +910,14 @@ class PodTemplate(ApiModel):
     annotations: AnnotationMap = Field(default_factory=dict)
     """Extra annotations of every pod the operator renders (at most 32, values up to 4096
     characters). Any key is copied except that the operator's own keys are protected: the
-    tritonllm.io keys it writes (engine-key, repository-key, deployment, spec-hash,
-    trtllm-version) are refused, and the annotations it sets itself (prometheus.io/scrape, port
-    and path on the serving pods) keep the operator's values."""
+    tritonllm.io keys it writes (engine-key, repository-key, spec-hash, revision) or reserves
+    (deployment, trtllm-version) are refused, and the annotations it sets itself
+    (prometheus.io/scrape, port and path on the serving pods) keep the operator's values."""
     labels: LabelMap = Field(default_factory=dict)
     """Extra labels of every pod the operator renders. The tritonllm.io keys the operator writes
-    (engine-key, repository-key, deployment) are refused, and the labels it sets itself
-    (app.kubernetes.io/name, instance, component and managed-by, which the Service,
-    the workload's selector and the NetworkPolicy select on) keep the operator's values."""
+    (engine-key, repository-key) or reserves (deployment) are refused, and the labels it sets
+    itself (app.kubernetes.io/name, instance, component and managed-by, which the Service, the
+    workload's selector and the NetworkPolicy select on) keep the operator's values."""
     env: list[EnvVar] = Field(default_factory=list, max_length=64)
     """Extra environment variables."""
     runAsUser: int = Field(default=1000, ge=0, le=INT32_MAX)

@@ -126,26 +126,26 @@ async def execute(
     await _create(kube, cache, p, ns, engine_key, logger)
     if p.add_owner and dep is not None:
         await _add_owner(kube, p, dep, logger)
-    for api_version, kind, obj_name in p.delete:
-        live = cache.get(kind, ns, obj_name)
+    for ref in p.delete:
+        live = cache.get(ref.kind, ns, ref.name)
         if live is None:
             continue  # nothing of ours by that name (deleting by name could hit another's)
         if not is_ours(live, uid, recorded=p.recorded):
-            raise NameConflict(conflict_message(kind, obj_name, live))
+            raise NameConflict(conflict_message(ref.kind, ref.name, live))
         try:
             owner_uid = live["metadata"].get("uid")
-            if await kube.delete(api_version, kind, ns, obj_name, uid=owner_uid):
-                logger.info("deleted %s/%s", kind, obj_name)
+            if await kube.delete(ref.api_version, ref.kind, ns, ref.name, uid=owner_uid):
+                logger.info("deleted %s/%s", ref.kind, ref.name)
         except KubeError as exc:
-            raise WriteRefused("delete", kind, obj_name, exc) from exc
+            raise WriteRefused("delete", ref.kind, ref.name, exc) from exc
     if p.scale and dep is not None:
-        api_version, kind, replicas = p.scale
+        workload, replicas = p.scale
         try:
-            await kube.scale(api_version, kind, ns, naming.serving_name(dep), replicas)
-            REPLICA_WRITES.labels(kind).inc()
+            await kube.scale(workload.api_version, workload.kind, ns, workload.name, replicas)
+            REPLICA_WRITES.labels(workload.kind).inc()
         except KubeError as exc:
-            raise WriteRefused("scale", kind, naming.serving_name(dep), exc) from exc
-        logger.info("scaled %s to %d", kind, replicas)
+            raise WriteRefused("scale", workload.kind, workload.name, exc) from exc
+        logger.info("scaled %s to %d", workload.kind, replicas)
     if p.engine_status is not None and engine_key is not None:
         obj = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
         cache.remember(await kube.apply_status(obj))
@@ -238,14 +238,14 @@ async def _create(
 async def _add_owner(kube: Kube, p: Decision, dep: TritonLLMDeployment, logger: Logger) -> None:
     """This deployment's (non-controller) owner reference on the shared build objects."""
     ref = owner_references(dep, controller=False)[0]
-    for api_version, kind, name in p.add_owner:
+    for shared in p.add_owner:
         try:
-            await kube.add_owner(api_version, kind, dep.namespace, name, ref)
+            await kube.add_owner(shared.api_version, shared.kind, dep.namespace, shared.name, ref)
         except KubeError as exc:
             if exc.status == 404:
                 continue  # gone meanwhile: the next pass creates it
-            raise WriteRefused("patch", kind, name, exc) from exc
-        logger.info("%s/%s is also owned by this deployment", kind, name)
+            raise WriteRefused("patch", shared.kind, shared.name, exc) from exc
+        logger.info("%s/%s is also owned by this deployment", shared.kind, shared.name)
 
 
 async def _mpi_secret(

@@ -16,6 +16,8 @@ from tritonllm.api import constants as c
 from tritonllm.api.status import PhaseTime
 from tritonllm.plan import EventNote, phases
 
+from .schedule import Key
+
 RECONCILES = Counter("tritonllm_reconciles_total", "Reconcile passes", ["result"])
 RECONCILE_SECONDS = Histogram("tritonllm_reconcile_duration_seconds", "Duration of a reconcile")
 BUILDS = Counter("tritonllm_engine_builds_total", "Finished engine builds", ["result"])
@@ -42,9 +44,6 @@ BY_CONDITION = Gauge(
 for _type in c.CONDITION_TYPES:
     for _status in ("True", "False", "Unknown"):
         BY_CONDITION.labels(_type, _status).set(0)
-
-Key = tuple[str, str]
-
 
 class ConditionGauge:
     """tritonllm_deployments{condition, status}: the conditions of every known deployment."""

@@ -23,6 +23,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 from tritonllm.plan import (
+    ObjectRef,
     Observed,
     PodTimes,
     Stall,
@@ -147,18 +148,18 @@ async def observe(
 
 def _live(
     cache: Cache, dep: TritonLLMDeployment, r: Rendered, workload: Obj | None
-) -> dict[tuple[str, str], Obj]:
-    """Live children by (kind, name): what is rendered, plus an HPA/PDB that should go."""
+) -> dict[ObjectRef, Obj]:
+    """Live children by reference: what is rendered, plus an HPA/PDB that should go."""
     refs = [o.ref for o in r.objects if o.kind not in ("Job", "PersistentVolumeClaim")]
     if r.verify_workload is not None:
         refs.append(r.verify_workload.ref)
-    refs += [(kind, name) for _, kind, name in optional_refs(dep) if (kind, name) not in refs]
-    live: dict[tuple[str, str], Obj] = {}
-    for kind, name in refs:
-        own = (kind, name) == r.workload.ref
-        found = workload if own else cache.get(kind, r.namespace, name)
+    refs += [ref for ref in optional_refs(dep) if ref not in refs]
+    live: dict[ObjectRef, Obj] = {}
+    for ref in refs:
+        own = ref == r.workload.ref
+        found = workload if own else cache.get(ref.kind, r.namespace, ref.name)
         if found is not None:
-            live[(kind, name)] = found
+            live[ref] = found
     return live
 
 

@@ -48,12 +48,11 @@ from .cache import Cache
 from .execute import NameConflict, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
 from .observe import PodChecks, SecretChecks, observe, read_before_render
-from .schedule import Schedule
+from .schedule import Key, Schedule
 from .smoke import SmokeChecks
 
 log = logging.getLogger("tritonllm.reconcile")
 
-Key = tuple[str, str]
 Logger = logging.LoggerAdapter[Any]
 
 PASSES_PER_CLIENT_SLOT = 2

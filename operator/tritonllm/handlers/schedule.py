@@ -20,6 +20,8 @@ import heapq
 from collections.abc import Callable
 from typing import Protocol
 
+# A deployment in the queue: (namespace, name). The handlers' one key for a deployment (the
+# reconciler's passes, the condition gauge); references to objects are ObjectRefs.
 Key = tuple[str, str]
 
 

@@ -6,6 +6,8 @@ import from here; the modules behind it are the planner's steps (``reconcile`` r
 order) and what the read phase uses to classify what it read.
 """
 
+from tritonllm.render import ObjectRef
+
 from .deletion import FINALIZER, UNSAFE_ENGINE_KEY, engine_to_forget, plan_deletion
 from .engine import is_cache_hit, record_status
 from .gc import optional_refs
@@ -24,7 +26,7 @@ from .ownership import conflict_message, is_ours
 from .phases import PodTimes
 from .reconcile import plan, plan_failed, plan_invalid
 from .stalls import Stall, job_stall
-from .writes import Decision, EventNote, ObjectRef
+from .writes import Decision, EventNote
 
 __all__ = [
     "FINALIZER",

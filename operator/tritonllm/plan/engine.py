@@ -21,14 +21,14 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.engine import EngineFailure, TritonLLMEngineStatus
-from tritonllm.render import Rendered
+from tritonllm.render import ObjectRef, Rendered
 from tritonllm.render.engine import engine_record
 
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed, build_report
 from .ownership import owner_uids
 from .stalls import Context, Stall, explain
-from .writes import Decision, ObjectRef, parse_time, rfc3339, want
+from .writes import Decision, parse_time, rfc3339, want
 
 MAX_BUILD_ATTEMPTS = 3
 BACKOFF_BASE_SECONDS = 30
@@ -144,7 +144,7 @@ def _advance(
             }
         )
     if job.phase == "Failed":
-        return _failed(p, status, job, name, what, obs)
+        return _failed(p, status, job, rendered.build_job.ref, what, obs)
     if job.phase == "Missing":
         # Created, not applied: a name taken meanwhile is refused, never adopted; the executor
         # records the new uids (buildPlanUid, buildJobUid) with this status.
@@ -177,11 +177,12 @@ def _add_owner(p: Decision, rendered: Rendered, obs: Observed, uid: str) -> None
         (rendered.build_job, obs.build_job),
     ):
         if live is not None and uid not in owner_uids(live):
-            p.add_owner.append(ObjectRef(obj.api_version, obj.kind, obj.name))
+            p.add_owner.append(dataclasses.replace(obj.ref, uid=live["metadata"].get("uid")))
 
 
 def _failed(
-    p: Decision, status: TritonLLMEngineStatus, job: JobObs, name: str, what: str, obs: Observed
+    p: Decision, status: TritonLLMEngineStatus, job: JobObs, job_ref: ObjectRef, what: str,
+    obs: Observed,
 ) -> TritonLLMEngineStatus:
     """A failed build Job: count it once, then back off, retry or give up."""
     last = status.lastFailure
@@ -206,7 +207,7 @@ def _failed(
         wait = backoff_seconds(attempts) - (obs.now - failed_at).total_seconds()
         if wait <= 0:
             # Retry: remove the failed Job; the next reconcile (soon) creates a fresh one.
-            p.delete.append(ObjectRef("batch/v1", "Job", name))
+            p.delete.append(dataclasses.replace(job_ref, uid=job.uid or None))
             p.requeue(MIN_REQUEUE_SECONDS)
             message = f"retrying the {what} (attempt {attempts + 1})"
         else:

@@ -9,27 +9,27 @@ rollout).
 from __future__ import annotations
 
 from tritonllm.api.deployment import TritonLLMDeployment
-from tritonllm.render import Rendered, autoscaling, naming
+from tritonllm.render import ObjectRef, Rendered, autoscaling, naming
 
 from .observed import Observed
-from .writes import Decision, ObjectRef
+from .writes import Decision
 
 
 def optional_refs(dep: TritonLLMDeployment) -> list[ObjectRef]:
     """Every child a spec may switch off: HPA, ScaledObject, PDB,
     NetworkPolicy, PodMonitor, and the scale-to-zero activator's ConfigMap, backend Service and
     Deployment."""
-    name = naming.serving_name(dep)
+    ns, name = dep.namespace, naming.serving_name(dep)
     activator, backend = autoscaling.activator_name(dep), autoscaling.backend_service_name(dep)
     return [
-        ObjectRef("autoscaling/v2", "HorizontalPodAutoscaler", name),
-        ObjectRef(autoscaling.KEDA_API_VERSION, "ScaledObject", name),
-        ObjectRef("policy/v1", "PodDisruptionBudget", name),
-        ObjectRef("networking.k8s.io/v1", "NetworkPolicy", name),
-        ObjectRef(autoscaling.POD_MONITOR_API_VERSION, "PodMonitor", name),
-        ObjectRef("v1", "ConfigMap", activator),
-        ObjectRef("v1", "Service", backend),
-        ObjectRef("apps/v1", "Deployment", activator),
+        ObjectRef("autoscaling/v2", "HorizontalPodAutoscaler", ns, name),
+        ObjectRef(autoscaling.KEDA_API_VERSION, "ScaledObject", ns, name),
+        ObjectRef("policy/v1", "PodDisruptionBudget", ns, name),
+        ObjectRef("networking.k8s.io/v1", "NetworkPolicy", ns, name),
+        ObjectRef(autoscaling.POD_MONITOR_API_VERSION, "PodMonitor", ns, name),
+        ObjectRef("v1", "ConfigMap", ns, activator),
+        ObjectRef("v1", "Service", ns, backend),
+        ObjectRef("apps/v1", "Deployment", ns, activator),
     ]
 
 
@@ -41,11 +41,11 @@ def collect_garbage(
     served_repo: str | None,
 ) -> None:
     wanted = {o.ref for o in rendered.objects}
-    for api_version, kind, name in optional_refs(dep):
-        if (kind, name) in obs.live and (kind, name) not in wanted:
-            p.delete.append(ObjectRef(api_version, kind, name))
-    keep = {rendered.repository_key, served_repo}
+    for ref in optional_refs(dep):
+        if ref in obs.live and ref not in wanted:
+            p.delete.append(ref)
+    ns, keep = dep.namespace, {rendered.repository_key, served_repo}
     for rev in obs.repo_revisions:
         if rev not in keep:
-            p.delete.append(ObjectRef("v1", "ConfigMap", naming.plan_configmap_name(dep, rev)))
-            p.delete.append(ObjectRef("batch/v1", "Job", naming.repository_job_name(dep, rev)))
+            p.delete.append(ObjectRef("v1", "ConfigMap", ns, naming.plan_configmap_name(dep, rev)))
+            p.delete.append(ObjectRef("batch/v1", "Job", ns, naming.repository_job_name(dep, rev)))

@@ -15,6 +15,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.engine import is_digest
+from tritonllm.render import ObjectRef
 
 from .phases import PodTimes
 from .redact import log_tail
@@ -67,8 +68,8 @@ class Observed:
     repo_pods: Sequence[Obj] = ()
     repo_stall: Stall | None = None
     workload: Obj | None = None  # Deployment or LeaderWorkerSet
-    # Live children by (kind, name), for the hash comparison.
-    live: Mapping[tuple[str, str], Obj] = dataclasses.field(default_factory=dict)
+    # Live children by reference (Manifest.ref), for the hash comparison.
+    live: Mapping[ObjectRef, Obj] = dataclasses.field(default_factory=dict)
     # Repository revisions (repo keys) that exist as ConfigMaps/Jobs of this deployment.
     repo_revisions: Sequence[str] = ()
     # Multi node only: whether the per-deployment MPI SSH key Secret exists (None: not needed).

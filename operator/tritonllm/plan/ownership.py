@@ -33,6 +33,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.engine import TritonLLMEngineStatus
+from tritonllm.render import ObjectRef
 
 from .observed import Observed
 from .writes import Decision
@@ -132,30 +133,27 @@ def conflict_message(kind: str, name: str, live: Mapping[str, Any] | None = None
 
 
 def conflicts(
-    p: Decision, obs: Observed, uid: str, *, build_objects: Iterable[tuple[str, str]] = ()
+    p: Decision, obs: Observed, uid: str, *, build_objects: Iterable[ObjectRef] = ()
 ) -> list[str]:
     """Messages for every object the deployment needs that is not its own: what the planner
-    would apply, delete or read. `build_objects` ((kind, name) of the build Job and plan) are
-    checked only while the engine is not Ready (a Ready engine's Job is never read again)."""
+    would apply, delete or read. `build_objects` (the build Job and plan) are checked only
+    while the engine is not Ready (a Ready engine's Job is never read again)."""
     recorded = recorded_uids(obs.engine) | p.recorded
     ready = TritonLLMEngineStatus.model_validate(
         (obs.engine or {}).get("status") or {}).state == "Ready"
     skip = set() if not ready else set(build_objects)
-    seen: dict[tuple[str, str], Mapping[str, Any]] = {
+    seen: dict[ObjectRef, Mapping[str, Any]] = {
         k: v for k, v in obs.live.items() if k not in skip
     }
     for job in (obs.build_job, obs.repo_job):
         if job is not None:
-            ref = ("Job", job["metadata"]["name"])
+            meta = job["metadata"]
+            ref = ObjectRef("batch/v1", "Job", meta.get("namespace"), meta["name"])
             if ref not in skip:
                 seen[ref] = job
-    for obj in p.apply:
-        live = obs.live.get(obj.ref)
+    for ref in [obj.ref for obj in p.apply] + p.delete:
+        live = obs.live.get(ref)
         if live is not None:
-            seen[obj.ref] = live
-    for _, kind, name in p.delete:
-        live = obs.live.get((kind, name))
-        if live is not None:
-            seen[(kind, name)] = live
-    return [conflict_message(kind, name, live) for (kind, name), live in seen.items()
+            seen[ref] = live
+    return [conflict_message(ref.kind, ref.name, live) for ref, live in seen.items()
             if not is_ours(live, uid, recorded=recorded)]

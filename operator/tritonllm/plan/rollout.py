@@ -26,13 +26,13 @@ from tritonllm.api import reasons as r
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.spec import SmokeRequest
 from tritonllm.api.status import RolloutStatus
-from tritonllm.render import Manifest, Rendered
+from tritonllm.render import Manifest, ObjectRef, Rendered
 from tritonllm.render.serving import template_revision, verify_name
 
 from .conditions import Cond
 from .observed import Obj, Observed, SmokeAnswer, SmokeRun, WorkloadObs
 from .status import Summary
-from .writes import Decision, EventNote, ObjectRef, parse_time, rfc3339, want
+from .writes import Decision, EventNote, parse_time, rfc3339, want
 
 # Quote at most this much of a wrong answer.
 ANSWER_QUOTE = 200
@@ -218,4 +218,4 @@ def remove_verification(p: Decision, dep: TritonLLMDeployment, obs: Observed) ->
     if obs.verify_workload is not None:
         topology = dep.spec.topology
         p.delete.append(ObjectRef(topology.workload_api_version, topology.workload_kind,
-                                  verify_name(dep)))
+                                  dep.namespace, verify_name(dep)))

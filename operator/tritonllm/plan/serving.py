@@ -54,7 +54,7 @@ def serving_step(
         desired = int((obs.workload.get("spec") or {}).get("replicas", 1))
         if desired != dep.spec.serving.replicas:
             wl = rendered.workload
-            p.scale = (wl.api_version, wl.kind, dep.spec.serving.replicas)
+            p.scale = (wl.ref, dep.spec.serving.replicas)
     return WorkloadObs.of(obs.workload), gate
 
 

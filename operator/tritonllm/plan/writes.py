@@ -6,18 +6,9 @@ import dataclasses
 import datetime as dt
 from typing import Any, NamedTuple
 
-from tritonllm.render.manifest import Manifest, live_hash
+from tritonllm.render.manifest import Manifest, ObjectRef, live_hash
 
 from .observed import Observed
-
-
-class ObjectRef(NamedTuple):
-    """A child object the decision names, in the deployment's namespace: what the executor adds
-    an owner reference to or deletes (a tuple, so it unpacks and compares as one)."""
-
-    api_version: str
-    kind: str
-    name: str
 
 
 class EventNote(NamedTuple):
@@ -43,7 +34,7 @@ class Decision:
     # Uids of the shared objects the engine record says the operator created (deletable).
     recorded: frozenset[str] = frozenset()
     delete: list[ObjectRef] = dataclasses.field(default_factory=list)
-    scale: tuple[str, str, int] | None = None  # (apiVersion, kind, replicas) of the workload
+    scale: tuple[ObjectRef, int] | None = None  # (the workload, its replicas)
     engine_status: dict[str, Any] | None = None  # new TritonLLMEngine status, if changed
     status: dict[str, Any] | None = None  # new deployment status (wire form), if changed
     events: list[EventNote] = dataclasses.field(default_factory=list)

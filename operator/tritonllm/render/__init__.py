@@ -13,11 +13,12 @@ from tritonllm.api.deployment import FieldError, TritonLLMDeployment
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
 from . import autoscaling, jobs, naming, plans, serving, store
-from .manifest import Manifest
+from .manifest import Manifest, ObjectRef
 from .pod import RenderOptions
 
 __all__ = [
     "Manifest",
+    "ObjectRef",
     "RenderOptions",
     "Rendered",
     "render_all",

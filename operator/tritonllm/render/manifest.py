@@ -6,6 +6,10 @@ executor, the CLI) address objects by `kind`, `name` and `namespace` instead of 
 views of bodies are, so `m["spec"]` reads like the object it stands for. `body` is what goes to
 the API server (or into `tritonllm render` output).
 
+An object named without its body (one to delete, co-own or scale, a live copy to look up) is an
+`ObjectRef`: the one type of reference between the planner's steps, the read phase and the
+executor. `Manifest.ref` is a rendered object's.
+
 The spec hash: every applied child carries `tritonllm.io/spec-hash`, a hash of the object as
 rendered; the planner applies an object only when the live copy carries another hash (so an
 unchanged object is never written again). `stamped()` adds it.
@@ -21,6 +25,26 @@ from typing import Any
 from tritonllm.api import constants as c
 
 from . import naming
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectRef:
+    """A Kubernetes object by identity: apiVersion, kind, namespace, name. `uid`, where known (an
+    object read from the API server), says which incarnation; it takes no part in equality, so
+    a rendered object's reference finds its live copy."""
+
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str | None = dataclasses.field(default=None, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectRef:
+        """The reference of an object in its wire form (with its uid, when it has one)."""
+        meta = body["metadata"]
+        return cls(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"],
+                   meta.get("uid"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -50,9 +74,9 @@ class Manifest(Mapping[str, Any]):
         return len(self.body)
 
     @property
-    def ref(self) -> tuple[str, str]:
-        """(kind, name): how the planner looks up the live copy."""
-        return self.kind, self.name
+    def ref(self) -> ObjectRef:
+        """This object's reference: how the planner looks up the live copy."""
+        return ObjectRef(self.api_version, self.kind, self.namespace, self.name)
 
     # --- the spec hash ---------------------------------------------------------------------------
 
