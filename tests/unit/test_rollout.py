@@ -206,7 +206,9 @@ def test_a_replicas_change_is_not_a_revision() -> None:
 def test_judge_names_what_is_wrong() -> None:
     plain = SmokeRequest(prompt="hi")
     assert judge(plain, SmokeAnswer(200, "anything", 0.1)) is None
-    assert judge(plain, SmokeAnswer(200, "  ", 0.1)) == "answered an empty text_output"
+    # no expectation: any answer, an empty one too (a model may end at once)
+    assert judge(plain, SmokeAnswer(200, "", 0.1)) is None
+    assert judge(plain, SmokeAnswer(200, None, 0.1)) == "the answer has no text_output"
     assert "no answer after 3.0 s: ConnectionRefused" in judge(
         plain, SmokeAnswer(None, None, 3.0, "ConnectionRefused"))
     assert judge(plain, SmokeAnswer(500, None, 0.1, "model not ready")) == \

@@ -773,8 +773,8 @@ class RolloutSpec(ApiModel):
         min_length=1,
         max_length=16,
     )
-    """The smoke set: each request must answer (HTTP 200 with a non-empty text_output, unless
-    expectExact is empty) within its latency bound and match its expectation, if any."""
+    """The smoke set: each request must answer (HTTP 200 with a text_output) within its
+    latency bound and match its expectation, if any."""
     verifyTimeoutSeconds: int = Field(default=3600, ge=60, le=86400)
     """How long the verification pod may take to become Ready (engine check, model load);
     past it the revision fails verification, with the reason the pod gave if any."""

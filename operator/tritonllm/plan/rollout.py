@@ -56,7 +56,9 @@ def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
     if request.expectPrefix is not None and not text.startswith(request.expectPrefix):
         return f"answered {text[:ANSWER_QUOTE]!r}, expected it to start with " \
                f"{request.expectPrefix!r}"
-    return None if text.strip() else "answered an empty text_output"
+    # With no expectation, any answer passes, an empty one too: a model may end at once (its
+    # first token the end id), which is not a fault of the engine.
+    return None
 
 
 def verdict(dep: TritonLLMDeployment, run: SmokeRun) -> tuple[bool, str]:
