@@ -38,6 +38,7 @@ from tests.cluster.test_real_flow import (
     seeded,
 )
 from tests.cluster.test_real_lifecycle import Load
+from tests.helpers import example_body
 from tritonllm.api import constants as c
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
@@ -50,7 +51,7 @@ FAULT_KEY = "tritonllm_standin_fault"
 
 
 def rollout_cr() -> dict[str, Any]:
-    obj = yaml.safe_load(EXAMPLE.read_text())
+    obj = example_body(EXAMPLE.stem)
     obj["metadata"] = {"name": NAME}
     spec = obj["spec"]
     spec["engine"]["parallelism"] = {"tensor": 1, "pipeline": 1}
