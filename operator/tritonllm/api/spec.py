@@ -768,16 +768,18 @@ class RolloutSpec(ApiModel):
     serving workload over at once, each new pod taking traffic once its readiness probe passes.
     The first deployment, and a change while no replica is ready, roll over at once either way
     (there is no traffic to protect)."""
-    smoke: list[SmokeRequest] = Field(
-        default_factory=lambda: [SmokeRequest(prompt=DEFAULT_SMOKE_PROMPT, maxTokens=8)],
-        min_length=1,
-        max_length=16,
-    )
+    smoke: list[SmokeRequest] = Field(default_factory=list, max_length=16)
     """The smoke set: each request must answer (HTTP 200 with a text_output) within its
-    latency bound and match its expectation, if any."""
+    latency bound and match its expectation, if any. Empty: one request, prompt "Hello",
+    8 tokens, any answer."""
     verifyTimeoutSeconds: int = Field(default=3600, ge=60, le=86400)
     """How long the verification pod may take to become Ready (engine check, model load);
     past it the revision fails verification, with the reason the pod gave if any."""
+
+    @property
+    def smoke_set(self) -> list[SmokeRequest]:
+        """The requests sent: the smoke set, or the default one."""
+        return list(self.smoke) or [SmokeRequest(prompt=DEFAULT_SMOKE_PROMPT, maxTokens=8)]
 
 
 class Toleration(ApiModel):

@@ -61,7 +61,8 @@ class SmokeChecks:
         if pod is None:
             return None
         ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
-        answers = [await send(ip, model_name(dep), request) for request in dep.spec.rollout.smoke]
+        smoke = dep.spec.rollout.smoke_set
+        answers = [await send(ip, model_name(dep), request) for request in smoke]
         run = SmokeRun(target, name, tuple(answers))
         self._runs[key] = run
         return run

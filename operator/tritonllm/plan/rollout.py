@@ -63,7 +63,7 @@ def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
 
 def verdict(dep: TritonLLMDeployment, run: SmokeRun) -> tuple[bool, str]:
     """(passed, what to say): the first request that failed, or a summary of all."""
-    smoke = dep.spec.rollout.smoke
+    smoke = dep.spec.rollout.smoke_set
     for i, (request, answer) in enumerate(zip(smoke, run.answers, strict=False)):
         wrong = judge(request, answer)
         if wrong is not None:
