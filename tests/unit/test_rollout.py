@@ -131,6 +131,12 @@ def test_a_wrong_answer_keeps_the_old_revision_and_is_not_retried() -> None:
     w.obs["smoke"] = None
     p = w.step()
     assert not p.apply and not p.events and _live(w, "-verify") is None
+    # nor when the serving pods stop being ready: a revision known to be bad is not rolled
+    w.make_ready(replicas=0)
+    p = w.step()
+    assert _serving_revision(w) == old and not p.apply
+    assert w.cond(c.COND_DEGRADED)["reason"] == r.VERIFICATION_FAILED
+    w.make_ready()
     # a new spec (another revision) is verified again
     w.body["spec"]["engine"] = {"limits": {"maxBatchSize": 3}}
     w.step()

@@ -108,16 +108,17 @@ def rollout_gate(
     verify = rendered.verify_workload
     target = template_revision(rendered.workload.body)
     record = dict(old or {})
-    if verify is None or target is None or not _guarded(obs, target):
-        remove_verification(p, dep, obs)
+    live = obs.workload
+    if verify is None or target is None or live is None or template_revision(live) == target:
+        remove_verification(p, dep, obs)  # nothing to verify: Immediate, first, or no change
         return Gate(open=True)
     same = record.get("revision") == target
-    if same and record.get("state") == "Verified":
-        remove_verification(p, dep, obs)
-        return Gate(open=True)
-    if same and record.get("state") == "Failed":
+    if same and record.get("state") == "Failed":  # even with no replica ready: known bad
         remove_verification(p, dep, obs)
         return _failed(record)
+    if (same and record.get("state") == "Verified") or WorkloadObs.of(live).ready == 0:
+        remove_verification(p, dep, obs)  # passed, or no traffic to protect
+        return Gate(open=True)
     started = str(record.get("started") or "") if same else ""
     started = started or rfc3339(obs.now)
     outcome = _outcome(dep, obs, target, started)
@@ -168,14 +169,6 @@ def _verifying(
     status = {"revision": target, "state": "Verifying", "started": started, "message": said}
     progressing = Cond(c.COND_PROGRESSING, "True", r.VERIFYING, f"{said}: {_waiting(obs)}")
     return Gate(open=False, status=status, progressing=progressing)
-
-
-def _guarded(obs: Observed, target: str) -> bool:
-    """A change worth verifying: the serving workload runs another revision, with traffic."""
-    live = obs.workload
-    if live is None or template_revision(live) == target:
-        return False
-    return WorkloadObs.of(live).ready > 0
 
 
 def _outcome(
