@@ -745,9 +745,11 @@ class LocalCluster:
         self.crd_errors = errors
         return errors
 
-    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+    def wait_established(self, *crds: str, timeout: float = 180) -> None:
         """Wait until each named CRD is Established. (`kubectl wait --for=condition=...` fails at
-        once on a CRD whose status has no conditions yet, right after it is created.)"""
+        once on a CRD whose status has no conditions yet, right after it is created.) The bound
+        is generous: on a loaded 2-core machine a freshly started API server once took over 60 s
+        to establish prometheus-operator's large PrometheusRule CRD."""
         deadline = time.monotonic() + timeout
         pending = list(crds)
         while pending:
