@@ -239,18 +239,18 @@ class PodChecks:
     def _record_unplaced(self, namespace: str, name: str, pod: Obj) -> str | None:
         """Keep the scheduler's verdict on the pod; the deployment's name when it changed."""
         said = unschedulable_message([pod])
-        pods = self._unplaced.setdefault((namespace, name), {})
-        pod_name = pod["metadata"].get("name", "")
+        key, pod_name = (namespace, name), pod["metadata"].get("name", "")
+        pods = dict(self._unplaced.get(key) or {})
         if pods.get(pod_name) == said:
-            if not pods:
-                self._unplaced.pop((namespace, name), None)
             return None
         if said is None:
             pods.pop(pod_name, None)
         else:
             pods[pod_name] = said
-        if not pods:
-            self._unplaced.pop((namespace, name), None)
+        if pods:
+            self._unplaced[key] = pods
+        else:
+            self._unplaced.pop(key, None)
         return name
 
     def _verify_changed(
