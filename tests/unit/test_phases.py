@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tritonllm.api.status import PhaseTime
 from tritonllm.handlers.metrics import PhaseHistory
 from tritonllm.plan import phases
@@ -71,3 +73,50 @@ def test_a_phase_far_slower_than_its_history_is_announced_once() -> None:
     assert history.ended(slow, slow) == []  # already counted
     assert phases.slow(PhaseTime(name="X", start="a", end="b", seconds=20.0, source="s"),
                        [1.0] * 9) is None  # under the floor
+
+
+# --- a change of the timeline alone is held back briefly, not written on every boundary ---
+
+
+def test_only_a_timeline_change_counts_as_timeline_only() -> None:
+    from tritonllm.plan.status import timeline_only
+
+    old = {"phase": "RepositoryWrite", "phases": [{"name": "RepositoryWrite"}], "ready": "0/1"}
+    assert timeline_only(old, {**old, "phase": "WaitingForGpus", "phaseStarted": "t"})
+    assert not timeline_only(old, {**old, "phase": "PodStart", "ready": "1/1"})
+    assert not timeline_only(old, old)  # no change at all is not a timeline change
+
+
+def test_a_timeline_only_status_waits_for_the_hold_or_for_a_change_that_matters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.fake_kube import FakeKube
+    from tritonllm.api.settings import OperatorSettings
+    from tritonllm.handlers import reconciler as rec
+    from tritonllm.handlers.cache import Cache
+    from tritonllm.plan import Decision
+
+    clock = [100.0]
+    monkeypatch.setattr(rec.time, "monotonic", lambda: clock[0])
+    r = rec.Reconciler(FakeKube([]), OperatorSettings(), Cache({}))
+    key = ("ns", "demo")
+
+    def timeline() -> Decision:
+        return Decision(status={"phase": "PodStart"}, status_timeline_only=True)
+
+    held = timeline()
+    r._hold_timeline(key, held)
+    assert held.status is None and held.requeue_after == rec.TIMELINE_HOLD_SECONDS
+    clock[0] += 2
+    again = timeline()
+    r._hold_timeline(key, again)  # still within the hold: the requeue is what is left of it
+    assert again.status is None and again.requeue_after == rec.TIMELINE_HOLD_SECONDS - 2
+    clock[0] += rec.TIMELINE_HOLD_SECONDS
+    due = timeline()
+    r._hold_timeline(key, due)
+    assert due.status == {"phase": "PodStart"}  # the hold is over: written
+    # A condition's change goes at once, and takes the held timeline with it.
+    r._hold_timeline(key, timeline())
+    matters = Decision(status={"phase": "ModelLoad", "ready": "1/1"})
+    r._hold_timeline(key, matters)
+    assert matters.status is not None and key not in r._held

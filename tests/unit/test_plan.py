@@ -208,7 +208,9 @@ def test_build_then_repository_then_serving_then_ready() -> None:
     assert w.cond(c.COND_AVAILABLE)["status"] == "True"
     assert w.cond(c.COND_PROGRESSING)["status"] == "False"
     assert w.body["status"]["ready"] == "1/1" and w.body["status"]["reason"] == "Ready"
-    assert ("Normal", "Serving") in [(t, r) for t, r, _ in p.events]
+    # One Event for the pass: Progressing's step leads, Available's words follow
+    ((kind, reason, message),) = p.events
+    assert (kind, reason) == ("Normal", "Deployed") and "Serving: " in message
 
 
 def test_ready_sums_up_the_rollout_and_posts_no_event_of_its_own() -> None:

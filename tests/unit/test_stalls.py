@@ -7,6 +7,7 @@ reads that feed it (tritonllm.handlers.observe.PodChecks.job_stall, against the 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -287,3 +288,24 @@ def test_a_serving_failure_seen_once_is_kept_until_every_replica_is_ready() -> N
     assert checks.serving_failure(dep, {"spec": {"replicas": 1},
                                         "status": {"readyReplicas": 1}}) is None
     assert checks.serving_failure(dep, rolling) is None  # forgotten once ready
+
+
+def test_a_job_younger_than_the_grace_period_is_not_looked_at() -> None:
+    """Most Jobs have their pod running within seconds: no pod list for them (each list costs
+    the API server a filter over every pod of the namespace)."""
+    ns, name = "team", "tritonllm-repo-k"
+    created = dt.datetime(2026, 11, 22, 9, 0, 0, tzinfo=dt.UTC)
+    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1",
+                                       "creationTimestamp": "2026-11-22T09:00:00Z"},
+           "status": {"active": 1}}
+    kube = FakeKube([{**pod("p1", scheduler=UNBOUND), "metadata": {
+        "name": "p1", "namespace": ns, "labels": {"job-name": name},
+        "creationTimestamp": "2026-11-22T09:00:00Z"}}])
+    checks = PodChecks()
+    young = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS - 1)
+    assert asyncio.run(checks.job_stall(kube, ns, name, job, at=young)) is None
+    assert kube.calls == []
+    old = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS)
+    stall = asyncio.run(checks.job_stall(kube, ns, name, job, at=old))
+    assert stall is not None and stall.reason == "Unschedulable"
+    assert [x.kind for x in kube.calls] == ["Pod"]

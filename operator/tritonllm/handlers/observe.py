@@ -5,8 +5,9 @@ Secrets, which are not cached. Serving pods are watched (label-selected) for thr
 kept per deployment by PodChecks.pod_changed: a container that exits with an error, the
 scheduler's verdict on a pod it cannot place, and the timestamps that time the revision's phases.
 Listed only when needed: the pods of a failed Job (their termination messages say why), the
-pods of a build or repository Job that has no running pod (why it does not start; with no pod at
-all, the Job's FailedCreate Events), at most once per PodChecks.JOB_RECHECK_SECONDS per Job, and
+pods of a build or repository Job that has had no running pod for PodChecks.JOB_GRACE_SECONDS
+(why it does not start; with no pod at all, the Job's FailedCreate Events), at most once per
+PodChecks.JOB_RECHECK_SECONDS per Job, and
 a verified rollout's verification pod once it is Ready (tritonllm.handlers.smoke). The two
 Secrets a deployment names (the user's token, the MPI keys) are read by name (SecretChecks).
 """
@@ -183,6 +184,15 @@ def _all_ready(workload: Obj) -> bool:
     return bool((workload.get("status") or {}).get("readyReplicas", 0) >= desired)
 
 
+def _age_seconds(obj: Obj, now: dt.datetime) -> float:
+    """Seconds since the object's creationTimestamp (an object without one counts as old)."""
+    created = (obj.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return (now - dt.datetime.fromisoformat(str(created))).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
 class PodChecks:
     """What the watch of serving pods tells about each deployment (a container's failure, the
     scheduler's verdict on a pod it cannot place, the revision's phase times), with no request;
@@ -191,6 +201,10 @@ class PodChecks:
     all)."""
 
     JOB_RECHECK_SECONDS = 10.0
+    # A Job younger than this is not looked at: most Jobs have their pod running by then, and a
+    # list of pods costs the API server a filter over every pod of the namespace. A pod that does
+    # not start is still named within JOB_GRACE_SECONDS + STALL_REQUEUE_SECONDS.
+    JOB_GRACE_SECONDS = 5.0
 
     def __init__(self) -> None:
         # Per deployment, the serving and verification pods the scheduler cannot place, with its
@@ -306,12 +320,16 @@ class PodChecks:
         return found[1] if found else None
 
     async def job_stall(
-        self, kube: Kube, namespace: str, name: str, job: Obj | None
+        self, kube: Kube, namespace: str, name: str, job: Obj | None,
+        *, at: dt.datetime | None = None,
     ) -> Stall | None:
-        """Why the Job's pod does not start, if it has none running (tritonllm.plan.stalls)."""
+        """Why the Job's pod does not start, if it has none running past the grace period
+        (tritonllm.plan.stalls)."""
         key = (namespace, name)
         if job is None or job_finished(job) or job_running(job):
             self._jobs.pop(key, None)
+            return None
+        if _age_seconds(job, at or dt.datetime.now(dt.UTC)) < self.JOB_GRACE_SECONDS:
             return None
         now = time.monotonic()
         checked = self._jobs.get(key)

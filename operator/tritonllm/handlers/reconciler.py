@@ -56,6 +56,12 @@ log = logging.getLogger("tritonllm.reconcile")
 Logger = logging.LoggerAdapter[Any]
 
 PASSES_PER_CLIENT_SLOT = 2
+# A status change of the phase timeline alone (a Job started, a serving pod scheduled) is held
+# back this long and sent with the next change that matters (a condition, the replicas), or alone
+# once the hold is over: on a fast path every phase boundary would otherwise be a status write.
+# The times themselves come from the objects, so the hold delays what `kubectl get` shows, never
+# what it says.
+TIMELINE_HOLD_SECONDS = 5.0
 # A failed pass is retried after this many seconds, doubling per consecutive failure, up to
 # MAX_ERROR_REQUEUE_SECONDS (and never later than the resync period).
 ERROR_REQUEUE_SECONDS = 5.0
@@ -95,6 +101,7 @@ class Reconciler:
         self._secrets = SecretChecks()
         self._smoke = SmokeChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
+        self._held: dict[Key, float] = {}  # since when a timeline-only status waits (monotonic)
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
@@ -164,6 +171,7 @@ class Reconciler:
         self._pods.forget(namespace, name)
         self._smoke.forget(namespace, name)
         self._failures.pop(key, None)
+        self._held.pop(key, None)
         self._gone.add(key)
 
     # --- one pass --------------------------------------------------------------------------
@@ -260,11 +268,27 @@ class Reconciler:
             rollout=(body.get("status") or {}).get("rollout"),
         )
         decision = plan(body, dep, rendered, obs)
+        self._hold_timeline((dep.namespace, dep.name), decision)
         if decision.status is not None:
             old = (body.get("status") or {}).get("phases") or []
             decision.events += self._phases.ended(old, decision.status.get("phases") or [])
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
         return decision
+
+    def _hold_timeline(self, key: Key, decision: Decision) -> None:
+        """Hold back a status write that only moves the phase timeline (TIMELINE_HOLD_SECONDS),
+        unless it has waited long enough; any other status write sends it along."""
+        if decision.status is None or not decision.status_timeline_only:
+            if decision.status is not None:
+                self._held.pop(key, None)
+            return
+        now = time.monotonic()
+        since = self._held.setdefault(key, now)
+        if now - since >= TIMELINE_HOLD_SECONDS:
+            self._held.pop(key, None)
+            return
+        decision.status = None
+        decision.requeue(TIMELINE_HOLD_SECONDS - (now - since))
 
     def _engine_guard(
         self, namespace: str, key: str

@@ -6,7 +6,8 @@ retried while attempts remain), and otherwise Progressing names the step under w
 replica runs the current engine and settings (Deployed).
 
 The status is built as the TritonLLMDeploymentStatus model and serialised once; it is written only
-when it differs from the live one, and an Event is posted for each condition that flips.
+when it differs from the live one, with one Event per pass for the conditions that flipped
+(led by Progressing, which names the step under way).
 """
 
 from __future__ import annotations
@@ -253,23 +254,42 @@ def finish(
     wire = status.to_wire()
     if wire != old:
         p.status = wire
-    events = events_for(flips)
+        p.status_timeline_only = timeline_only(old, wire)
+    # Progressing names the step under way: it leads the pass's Event when nothing is wrong
+    events = events_for(sorted(flips, key=lambda f: f[0].type != c.COND_PROGRESSING))
     events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
                {x[1:] for x in events}]  # Degraded flipping with the same words said it
-    p.events = one_per_reason([*p.events, *events])
+    p.events = one_per_pass([*p.events, *events])
     return p
 
 
-def one_per_reason(events: list[EventNote]) -> list[EventNote]:
-    """One Event per reason in a pass: conditions that flip together for one cause (Progressing
-    and Degraded on a failure, EngineReady and Progressing on a new build) would say it twice.
-    A Warning wins, with its words; else the first."""
-    kept: dict[str, EventNote] = {}
-    for event in events:
-        known = kept.get(event.reason)
-        if known is None or (event.type == "Warning" and known.type != "Warning"):
-            kept[event.reason] = event
-    return sorted(kept.values(), key=events.index)
+# The status fields of the phase timeline: their times come from the objects themselves, so a
+# write that carries only them can wait a little without losing anything.
+TIMELINE_FIELDS = frozenset({"phases", "phase", "phaseStarted"})
+
+
+def timeline_only(old: Obj, new: Obj) -> bool:
+    """Whether `new` differs from `old` only in the phase timeline."""
+    changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    return bool(changed) and changed <= TIMELINE_FIELDS
+
+
+def one_per_pass(events: list[EventNote]) -> list[EventNote]:
+    """One Event for what a pass changed, not one per condition flip: a clean rollout flips
+    EngineReady, RepositoryReady, Available and Progressing, often two in one pass, and each
+    Event is a write the API server serves. The Event takes the reason of the first Warning, else
+    of the first one; the others' words follow in its message, each reason once."""
+    if len(events) <= 1:
+        return list(events)
+    warnings = [e for e in events if e.type == "Warning"]
+    lead = warnings[0] if warnings else events[0]
+    said = {lead.reason}
+    parts = [lead.message]
+    for e in events:
+        if e.reason not in said and e.message not in parts:
+            parts.append(f"{e.reason}: {e.message}")
+        said.add(e.reason)
+    return [EventNote(lead.type, lead.reason, "; ".join(parts))]
 
 
 def ready_condition(conds: list[Cond]) -> Cond:
