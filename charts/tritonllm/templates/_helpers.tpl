@@ -39,7 +39,8 @@ ClusterRole when it watches them all. */}}
   resources: [tritonllmengines]
   verbs: [list, watch, create, patch, delete]
 # Children: server-side apply (patch, and create for a new object), the name check before a
-# create (get), garbage collection of revisions and switched-off objects (delete).
+# create (list and watch of every object's metadata: tritonllm.k8s.names; get where that index
+# does not know the kind), garbage collection of revisions and switched-off objects (delete).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, patch, delete]

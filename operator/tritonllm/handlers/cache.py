@@ -32,6 +32,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
+from tritonllm.k8s.names import TakenNames
 
 Obj = dict[str, Any]
 Project = Callable[[Mapping[str, Any]], Any]
@@ -311,8 +312,10 @@ def _version(obj: Mapping[str, Any] | None) -> int:
 class Cache:
     """The reconciler's view of the cluster: kopf's indexes plus the overlay of our writes."""
 
-    def __init__(self, indices: Mapping[str, Index]) -> None:
+    def __init__(self, indices: Mapping[str, Index], names: TakenNames | None = None) -> None:
         self._indices = indices
+        # Every object of the kinds we create, ours or not, metadata only: is a name free?
+        self.names = names
         self._overlay: dict[tuple[str, str | None, str], tuple[float, Obj]] = {}
         self._prune_at = OVERLAY_PRUNE_AT
         # Digest of each child's projection at its last watch event (see `changed`).

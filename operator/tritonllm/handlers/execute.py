@@ -32,8 +32,9 @@ from .metrics import BUILDS, REPLICA_WRITES
 Logger = logging.LoggerAdapter[Any]
 
 # Kinds created under names others may already use: before creating one the watches do not show,
-# the executor reads it once (the name must be free or the object ours). Claims are the user's
-# (never owned), engine records the operator's own kind.
+# the executor looks the name up (the name must be free or the object ours): in the index of
+# taken names (tritonllm.k8s.names) when it knows the kind, else with a GET. Claims are the
+# user's (never owned), engine records the operator's own kind.
 CHECKED_KINDS = frozenset(
     {
         "ConfigMap",
@@ -187,11 +188,14 @@ async def _name_is_free(
     kube: Kube, cache: Cache, obj: Manifest, uid: str, recorded: frozenset[str]
 ) -> None:
     """The object to apply is ours or does not exist yet. What the watches show is checked
-    without a request; an object they do not show (not labelled as ours) is read once, before
-    it would be created."""
+    without a request; an object they do not show (not labelled as ours) is looked up in the
+    index of taken names, or read once where the index does not know the kind yet."""
     live = cache.get(obj.kind, obj.namespace, obj.name)
+    known = live is not None
+    if not known and cache.names is not None:
+        known, live = cache.names.lookup(obj.kind, obj.namespace or "", obj.name)
     try:
-        if live is None:
+        if not known:
             live = await kube.get(obj.api_version, obj.kind, obj.namespace, obj.name)
     except KubeError as exc:
         raise WriteRefused("get", obj.kind, obj.name, exc) from exc

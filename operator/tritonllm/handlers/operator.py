@@ -25,6 +25,7 @@ import kopf
 from tritonllm.api import constants as c
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
+from tritonllm.k8s.names import TakenNames
 
 from .cache import Cache, IndexSpec, index_specs, managed_resources
 from .metrics import ACTING
@@ -100,7 +101,7 @@ def reconciler() -> Reconciler:
             concurrency=settings.api_concurrency,
             timeout=settings.api_timeout_seconds,
         )
-        cache = Cache(_state.get("indices") or {})
+        cache = Cache(_state.get("indices") or {}, TakenNames(kube, settings.namespaces))
         _state["reconciler"] = Reconciler(kube, settings, cache)
     r: Reconciler = _state["reconciler"]
     return r
@@ -125,7 +126,9 @@ async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
     _state["indices"] = {
         spec.id: kwargs[spec.id] for spec in _state.get("indexes", []) if spec.id in kwargs
     }
-    reconciler()
+    names = reconciler().cache.names
+    if names is not None:  # followed from start to cleanup, standby or acting
+        _state["names"] = asyncio.create_task(names.run(), name="taken names")
 
 
 def when_stopped(fn: Callable[[], Awaitable[None]]) -> None:
@@ -136,6 +139,9 @@ def when_stopped(fn: Callable[[], Awaitable[None]]) -> None:
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
+    names = _state.pop("names", None)
+    if names is not None:
+        names.cancel()
     r = _state.get("reconciler")
     if r is not None:
         r.stop()  # no new pass from here on, whatever the watches still deliver

@@ -29,7 +29,7 @@ import heapq
 import itertools
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -59,6 +59,9 @@ DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
 PEERING_API_VERSION = "kopf.dev/v1"  # kopf's peering objects (tritonllm.k8s.peering)
 LEASE_API_VERSION = "coordination.k8s.io/v1"  # leader election (tritonllm.k8s.lease)
+# Metadata only (tritonllm.k8s.names): the API server sends no spec, data or status.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 class Slots:
@@ -231,10 +234,11 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> Any:
         API_CALLS.labels(verb, kind).inc()
         session, slots = self._open()
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         auth = self.credentials.authorization()
         if auth:
             headers["Authorization"] = auth
@@ -304,6 +308,40 @@ class Kube:
             if exc.status == 404:
                 return None
             raise
+
+    async def list_metadata(
+        self, api_version: str, kind: str, namespace: str | None
+    ) -> tuple[Sequence[dict[str, Any]], str]:
+        """Every object of a kind (in a namespace, or everywhere), metadata only
+        (PartialObjectMetadataList), and the list's resourceVersion to watch from."""
+        path = path_for(api_version, kind, namespace)
+        out = await self._call("list", kind, "GET", path, accept=METADATA_LIST)
+        rv = str((out.get("metadata") or {}).get("resourceVersion") or "")
+        return out.get("items") or [], rv
+
+    async def watch_metadata(
+        self, api_version: str, kind: str, namespace: str | None, resource_version: str,
+        *, timeout_seconds: int = 300,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The watch events of a kind from `resource_version`, metadata only, until the server
+        ends the stream (after `timeout_seconds`). A long-lived request: it holds no client slot.
+        An ERROR event (e.g. 410 Gone: the version is too old) is yielded like the others."""
+        API_CALLS.labels("watch", kind).inc()
+        session, _ = self._open()
+        headers = {"Accept": METADATA}
+        auth = self.credentials.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        query = [("watch", "1"), ("resourceVersion", resource_version),
+                 ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
+        url = self.credentials.server + path_for(api_version, kind, namespace)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        async with session.get(url, params=query, headers=headers, timeout=timeout) as resp:
+            if resp.status >= 400:
+                raise _error(resp.status, resp.reason or "", await resp.text())
+            async for line in resp.content:
+                if line.strip():
+                    yield json.loads(line)
 
     # --- writes ----------------------------------------------------------------------------
 

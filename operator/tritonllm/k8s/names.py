@@ -1,0 +1,160 @@
+"""Which names are taken: a metadata-only list and watch of every object of the kinds the operator
+creates under names anyone can compute (a deployment's Service and workload are named after it).
+
+The operator's own watches carry its label selector (tritonllm.handlers.operator), so an object
+someone else made under a name a deployment needs never reaches them. Before it creates a child
+those watches do not show, the executor must know whether the name is free or taken by someone
+else's object (tritonllm.handlers.execute: nothing a user already had is overwritten). Reading
+the name once per child (a GET) was a quarter of the API requests of a converging deployment;
+this index answers from one list and one watch per kind and namespace instead, with only what
+the ownership check reads (uid, the managed-by label, owner references) kept per object: the API
+server sends metadata only (PartialObjectMetadata), no spec, data or status.
+
+A kind whose list fails (not served by this cluster, not allowed) or whose watch broke is
+"unknown" until it is listed again: the executor then reads the name as before (a GET). Secrets
+are not indexed: the operator may not list them (it reads the two it needs by name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from tritonllm.api import constants as c
+
+from .client import KubeError
+
+log = logging.getLogger(__name__)
+
+# (apiVersion, kind) of the children created with apply under computable names.
+INDEXED: tuple[tuple[str, str], ...] = (
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("batch/v1", "Job"),
+    ("apps/v1", "Deployment"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("policy/v1", "PodDisruptionBudget"),
+)
+RETRY_SECONDS = 5.0  # after a failed list or a broken watch
+SHORTEST_WATCH_SECONDS = 1.0  # a stream that ends sooner is followed by a pause this long
+ABSENT_RETRY_SECONDS = 300.0  # a kind this cluster does not serve, or we may not list
+
+Obj = dict[str, Any]
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+class MetadataSource(Protocol):
+    """What the index reads (tritonllm.k8s.client.Kube)."""
+
+    async def list_metadata(
+        self, api_version: str, kind: str, namespace: str | None
+    ) -> tuple[Sequence[Obj], str]: ...
+
+    def watch_metadata(
+        self, api_version: str, kind: str, namespace: str | None, resource_version: str
+    ) -> Any: ...
+
+
+def slim(obj: Mapping[str, Any]) -> Obj:
+    """What the ownership check reads of an object (tritonllm.plan.ownership), nothing else."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    kept: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                 "uid": meta.get("uid")}
+    if c.LABEL_MANAGED_BY in labels:
+        kept["labels"] = {c.LABEL_MANAGED_BY: labels[c.LABEL_MANAGED_BY]}
+    refs = [{k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in r}
+            for r in meta.get("ownerReferences") or []]
+    if refs:
+        kept["ownerReferences"] = refs
+    return {"kind": obj.get("kind"), "metadata": kept}
+
+
+class TakenNames:
+    """Every object of the INDEXED kinds in the watched namespaces (all, when none are named), by
+    (kind, namespace, name); metadata only."""
+
+    def __init__(
+        self, source: MetadataSource, namespaces: Sequence[str] = (),
+        kinds: Sequence[tuple[str, str]] = INDEXED,
+    ) -> None:
+        self._source = source
+        self._scopes: list[str | None] = list(namespaces) or [None]
+        self._kinds = list(kinds)
+        self._objects: dict[str, dict[Key, Obj]] = {kind: {} for _, kind in self._kinds}
+        self._synced: set[tuple[str, str | None]] = set()
+
+    def lookup(self, kind: str, namespace: str, name: str) -> tuple[bool, Obj | None]:
+        """(known, object): known is False while the kind is not listed in that namespace (ask
+        the API server); the object is None when the name is free."""
+        if (kind, namespace) not in self._synced and (kind, None) not in self._synced:
+            return False, None
+        return True, self._objects[kind].get((kind, namespace, name))
+
+    async def run(self) -> None:
+        """Follow every kind in every scope until cancelled."""
+        await asyncio.gather(*(self._follow(api_version, kind, scope)
+                               for api_version, kind in self._kinds for scope in self._scopes))
+
+    async def _follow(self, api_version: str, kind: str, scope: str | None) -> None:
+        while True:
+            try:
+                rv = await self._list(api_version, kind, scope)
+                while rv:  # a new watch from where the last one ended; "" after 410 Gone
+                    started = time.monotonic()
+                    rv = await self._watch(api_version, kind, scope, rv)
+                    if time.monotonic() - started < SHORTEST_WATCH_SECONDS:
+                        await asyncio.sleep(SHORTEST_WATCH_SECONDS)  # never a tight loop
+                continue  # too old to resume: list again at once (the names stay known)
+            except asyncio.CancelledError:
+                raise
+            except KubeError as exc:
+                absent = exc.status in (403, 404)
+                delay = ABSENT_RETRY_SECONDS if absent else RETRY_SECONDS
+                log.log(logging.INFO if absent else logging.WARNING,
+                        "names of %s in %s: %s; reading each name before creating it instead",
+                        kind, scope or "all namespaces", exc)
+            except Exception as exc:  # a broken stream: list again
+                delay = RETRY_SECONDS
+                log.warning("watch of %s names in %s broke: %s", kind, scope or "all", exc)
+            self._synced.discard((kind, scope))
+            await asyncio.sleep(delay)
+
+    async def _list(self, api_version: str, kind: str, scope: str | None) -> str:
+        items, rv = await self._source.list_metadata(api_version, kind, scope)
+        objects = self._objects[kind]
+        for key in [k for k in objects if scope is None or k[1] == scope]:
+            del objects[key]
+        for item in items:
+            self._put(kind, item)
+        self._synced.add((kind, scope))
+        return rv
+
+    async def _watch(self, api_version: str, kind: str, scope: str | None, rv: str) -> str:
+        """One watch stream; returns the version to go on from, or "" to list again."""
+        async for event in self._source.watch_metadata(api_version, kind, scope, rv):
+            type_, obj = event.get("type"), event.get("object") or {}
+            if type_ == "ERROR":  # 410 Gone (the version is too old) and the like
+                return ""
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+            if type_ == "DELETED":
+                self._objects[kind].pop(self._key(kind, obj), None)
+            elif type_ in ("ADDED", "MODIFIED"):
+                self._put(kind, obj)
+        return rv
+
+    def _put(self, kind: str, obj: Mapping[str, Any]) -> None:
+        self._objects[kind][self._key(kind, obj)] = slim({**obj, "kind": kind})
+
+    @staticmethod
+    def _key(kind: str, obj: Mapping[str, Any]) -> Key:
+        meta = obj.get("metadata") or {}
+        return (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._objects.values())

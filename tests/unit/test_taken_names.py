@@ -1,0 +1,148 @@
+"""The index of taken names (tritonllm.k8s.names): one metadata-only list and watch per kind
+instead of a GET per child before it is created; and the executor's use of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from tritonllm.api import constants as c
+from tritonllm.k8s import names as names_module
+from tritonllm.k8s.client import KubeError
+from tritonllm.k8s.names import TakenNames, slim
+
+
+def meta(name: str, ns: str = "team", rv: str = "1", **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"u-{name}",
+                         "resourceVersion": rv, **extra}}
+
+
+class Source:
+    """Lists and watch streams scripted per kind; what was asked is kept."""
+
+    def __init__(self, lists: dict[str, list[Any]], watches: dict[str, list[list[Any]]]) -> None:
+        self.lists, self.watches = lists, watches
+        self.asked: list[tuple[str, str, str | None, str]] = []
+
+    async def list_metadata(
+        self, api_version: str, kind: str, namespace: str | None
+    ) -> tuple[Sequence[dict[str, Any]], str]:
+        self.asked.append(("list", kind, namespace, ""))
+        answer = self.lists[kind].pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def watch_metadata(
+        self, api_version: str, kind: str, namespace: str | None, resource_version: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.asked.append(("watch", kind, namespace, resource_version))
+        streams = self.watches[kind]
+        if not streams:
+            await asyncio.Event().wait()  # an idle stream: nothing more happens
+        for event in streams.pop(0):
+            yield event
+
+
+def run_until(index: TakenNames, done: Any, limit: float = 2.0) -> None:
+    async def go() -> None:
+        task = asyncio.create_task(index.run())
+        waited = 0.0
+        while not done() and waited < limit:
+            await asyncio.sleep(0.01)
+            waited += 0.01
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+
+
+def test_a_name_is_unknown_until_listed_then_free_or_taken() -> None:
+    theirs = meta("alpha", labels={"app": "theirs", c.LABEL_MANAGED_BY: "helm"},
+                  annotations={"big": "x" * 1000})
+    source = Source({"Service": [([theirs], "10")]}, {"Service": []})
+    index = TakenNames(source, kinds=[("v1", "Service")])
+    assert index.lookup("Service", "team", "alpha") == (False, None)  # not listed yet: ask
+    run_until(index, lambda: index.lookup("Service", "team", "alpha")[0])
+    known, found = index.lookup("Service", "team", "alpha")
+    assert known and found is not None
+    # only what the ownership check reads is kept
+    assert found["metadata"] == {"name": "alpha", "namespace": "team", "uid": "u-alpha",
+                                 "labels": {c.LABEL_MANAGED_BY: "helm"}}
+    assert index.lookup("Service", "team", "beta") == (True, None)  # free
+    assert index.lookup("Service", "other", "alpha") == (True, None)  # all namespaces listed
+    assert ("watch", "Service", None, "10") in source.asked
+
+
+def test_the_watch_adds_and_removes_names_and_lists_again_after_410_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(names_module, "SHORTEST_WATCH_SECONDS", 0.0)
+    created = {"type": "ADDED", "object": meta("new", rv="11")}
+    deleted = {"type": "DELETED", "object": meta("old", rv="12")}
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "13"}}}
+    gone = {"type": "ERROR", "object": {"code": 410, "reason": "Expired"}}
+    source = Source(
+        {"ConfigMap": [([meta("old")], "10"), ([meta("new"), meta("third")], "20")]},
+        {"ConfigMap": [[created, deleted, bookmark], [gone]]},
+    )
+    index = TakenNames(source, ["team"], kinds=[("v1", "ConfigMap")])
+    run_until(index, lambda: index.lookup("ConfigMap", "team", "third")[1] is not None)
+    assert index.lookup("ConfigMap", "team", "old") == (True, None)
+    assert index.lookup("ConfigMap", "team", "new")[1] is not None
+    # the second stream resumed where the first ended (the bookmark's version), then relisted
+    watches = [x for x in source.asked if x[0] == "watch"]
+    assert [w[3] for w in watches][:2] == ["10", "13"]
+    assert [x[0] for x in source.asked].count("list") == 2
+    assert len(index) == 2
+
+
+def test_a_kind_the_cluster_does_not_serve_stays_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(names_module, "ABSENT_RETRY_SECONDS", 0.01)
+    missing = KubeError(404, "Not Found", "the server could not find the requested resource")
+    source = Source({"LeaderWorkerSet": [missing, missing, missing]}, {"LeaderWorkerSet": []})
+    index = TakenNames(source, kinds=[("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")])
+    run_until(index, lambda: len(source.asked) >= 2)
+    assert index.lookup("LeaderWorkerSet", "team", "x") == (False, None)  # the executor asks
+
+
+def test_slim_keeps_owner_references_for_the_conflict_message() -> None:
+    obj = meta("gamma", labels={c.LABEL_MANAGED_BY: c.APP_NAME, "x": "y"}, ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r1",
+         "controller": True, "blockOwnerDeletion": True}])
+    kept = slim({**obj, "kind": "Deployment"})
+    assert kept["metadata"]["ownerReferences"] == [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r1",
+         "controller": True}]
+
+
+def test_the_executor_asks_no_get_for_a_name_the_index_knows() -> None:
+    from tests.fake_kube import FakeKube
+    from tritonllm.handlers.cache import Cache
+    from tritonllm.handlers.execute import NameConflict, _name_is_free
+    from tritonllm.render.manifest import Manifest
+
+    theirs = meta("alpha", labels={c.LABEL_MANAGED_BY: "helm"})
+    source = Source({"Service": [([theirs], "10")]}, {"Service": []})
+    index = TakenNames(source, kinds=[("v1", "Service")])
+    run_until(index, lambda: index.lookup("Service", "team", "alpha")[0])
+    kube = FakeKube([])
+    cache = Cache({}, index)
+
+    def service(name: str) -> Manifest:
+        return Manifest.of({"apiVersion": "v1", "kind": "Service",
+                            "metadata": {"name": name, "namespace": "team"}, "spec": {}})
+
+    asyncio.run(_name_is_free(kube, cache, service("beta"), "dep-uid", frozenset()))
+    with pytest.raises(NameConflict, match="Service/alpha already exists"):
+        asyncio.run(_name_is_free(kube, cache, service("alpha"), "dep-uid", frozenset()))
+    assert kube.calls == []  # both answered by the index
+    # a kind the index does not follow is read as before
+    job = Manifest.of({"apiVersion": "batch/v1", "kind": "Job",
+                       "metadata": {"name": "j", "namespace": "team"}, "spec": {}})
+    asyncio.run(_name_is_free(kube, Cache({}, index), job, "dep-uid", frozenset()))
+    assert [x.verb for x in kube.calls] == ["get"]
