@@ -339,9 +339,16 @@ class Kube:
         async with session.get(url, params=query, headers=headers, timeout=timeout) as resp:
             if resp.status >= 400:
                 raise _error(resp.status, resp.reason or "", await resp.text())
-            async for line in resp.content:
-                if line.strip():
-                    yield json.loads(line)
+            # One JSON object per line, of any length (a client-side-applied object's
+            # last-applied annotation can exceed aiohttp's line limit).
+            pending = b""
+            async for chunk in resp.content.iter_any():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+            if pending.strip():
+                yield json.loads(pending)
 
     # --- writes ----------------------------------------------------------------------------
 
