@@ -1,7 +1,7 @@
 """Scale benchmark: N small deployments through the operator, against the API server's own limit.
 
     .venv/bin/python -m bench.scale_bench --n 100 [--n 1000] [--cluster NAME] [--json FILE]
-        [--peer nim [--nim-binary PATH]]
+        [--peer nim [--nim-binary PATH]] [--load K]
 
 Figures, not pass/fail (docs/performance.md has the results and how to read them). For each N, on
 one local cluster with kwok GPU nodes, in the same run:
@@ -24,6 +24,9 @@ histogram), API requests per reconcile by verb while converging and in the stead
 counters), writes per steady-state reconcile, and its resident memory idle, at its peak, and with
 N deployments; for the peer, the same from controller-runtime's metrics (API requests by HTTP
 method, reconciles of its NIMService controller).
+
+`--load K` keeps K processes spinning on the CPU for the whole run, every side alike: the
+"loaded machine" figures. The first line printed names the commit, the cores and the load average.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import statistics
@@ -689,7 +693,30 @@ def main() -> None:
     ap.add_argument("--nim-binary", help="the NIM operator's manager (default: the newest "
                     "~/.cache/tritonllm/bin/nim-operator-*/manager)")
     ap.add_argument("--logs", help="keep the peer's log here")
+    ap.add_argument("--load", type=int, default=0, help="a loaded machine: keep this many "
+                    "processes spinning on the CPU for the whole run (every side alike)")
     args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip() or "unknown"
+    print(f"commit {commit}; {os.cpu_count()} cores; load average {os.getloadavg()}; "
+          f"{args.load} spinning processes", flush=True)
+    with spinning(args.load):
+        run(args)
+
+
+@contextlib.contextmanager
+def spinning(k: int) -> Iterator[None]:
+    """`k` processes that only burn CPU (a reproducible "loaded machine"), stopped at the end."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def run(args: argparse.Namespace) -> None:
     sizes = args.n or [100]
     nim_binary = nim_peer.find_binary(args.nim_binary) if args.peer == "nim" else None
     if args.peer == "nim" and nim_binary is None:
