@@ -213,6 +213,41 @@ def test_build_then_repository_then_serving_then_ready() -> None:
     assert (kind, reason) == ("Normal", "Deployed") and "Serving: " in message
 
 
+def test_the_first_workload_starts_once_the_repository_pod_exists() -> None:
+    """Nothing serves yet: the serving pods start while the repository Job writes (they wait
+    for the directory it renames into place), not after; a change of a running deployment still
+    waits for the Job to complete."""
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    p = w.step()  # the repository Job is created; its pod does not exist yet
+    assert "Job" in kinds(p) and "Deployment" not in kinds(p)
+    repo_job = w.objects[("Job", w.render.repository_job["metadata"]["name"])]
+    repo_job["status"] = {"active": 1}  # its pod exists (pending or running)
+    p = w.step()
+    assert "Deployment" in kinds(p)
+    assert w.cond(c.COND_REPOSITORY_READY)["status"] == "False"
+    assert w.cond(c.COND_PROGRESSING)["reason"] == "WritingRepository"
+    w.make_ready()  # ready before the Job is complete (kwok): not Deployed yet
+    w.step()
+    assert w.cond(c.COND_READY)["status"] == "False"
+    w.finish_job(repo_job["metadata"]["name"], uid="repo")
+    w.step()
+    assert w.cond(c.COND_READY)["status"] == "True"
+    # a change: the new repository Job's pod exists, the workload stays as it is
+    old = w.objects[("Deployment", w.body["metadata"]["name"])]["spec"]["template"]
+    w.body["spec"]["serving"] = {"maxQueueDelayMicroseconds": 500}
+    w.body["metadata"]["generation"] = 2
+    first_key = w.render.repository_key
+    w.step()
+    assert w.render.repository_key != first_key  # a new revision, a new repository Job
+    job = w.objects[("Job", w.render.repository_job["metadata"]["name"])]
+    job["status"] = {"active": 1}
+    p = w.step()
+    assert "Deployment" not in kinds(p)
+    assert w.objects[("Deployment", w.body["metadata"]["name"])]["spec"]["template"] == old
+
+
 def test_ready_sums_up_the_rollout_and_posts_no_event_of_its_own() -> None:
     w = World()
     p = w.step()

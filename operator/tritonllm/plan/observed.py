@@ -123,6 +123,12 @@ class JobObs:
         return JobObs("Active", uid=uid, running=job_running(job))
 
 
+def job_has_pod(job: Obj | None) -> bool:
+    """Whether a Job's pod exists (status.active: pending or running; it holds its place in a
+    pod quota from then on)."""
+    return bool(((job or {}).get("status") or {}).get("active"))
+
+
 def job_running(job: Obj | None) -> bool:
     """Whether a Job has a running pod (status.ready: its pods with the Ready condition)."""
     return bool(((job or {}).get("status") or {}).get("ready"))

@@ -10,8 +10,9 @@ decides, in order,
 3. the engine: reuse a Ready TritonLLMEngine (cache hit) or run its build Job, retrying a failed
    build with exponential backoff up to a limit,
 4. the model repository Job for the target engine and serving settings,
-5. the serving workload: switched to the new repository only once it is ready, so the old engine
-   keeps serving during a rebuild (rolling update with maxUnavailable 0), and with a verified
+5. the serving workload: switched to the new repository only once it is ready (the first one is
+   created once the repository Job's pod exists: its pods wait for the repository), so the old
+   engine keeps serving during a rebuild (rolling update with maxUnavailable 0), and with a verified
    rollout only once the new revision answered the smoke set on a pod of its own (rollout); a
    replicas-only change scales what is running; children that no longer belong are removed,
 6. the status (conditions with transitions, replicas, endpoint) and the Events for each flip.
@@ -34,7 +35,7 @@ from .conditions import Cond
 from .deletion import FINALIZER, finalizers_for, plan_deletion
 from .engine import MAX_BUILD_ATTEMPTS, backoff_seconds, engine_step
 from .gc import collect_garbage
-from .observed import Obj, Observed, unschedulable_message
+from .observed import Obj, Observed, job_has_pod, unschedulable_message
 from .ownership import (
     conflict_message,
     conflicts,
@@ -95,6 +96,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     workload, gate = serving_step(
         p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None,
         rollout=(body.get("status") or {}).get("rollout"),
+        repository_writing=engine.usable and job_has_pod(obs.repo_job),
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
     build = (rendered.build_job.ref, rendered.build_configmap.ref)

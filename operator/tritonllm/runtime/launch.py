@@ -4,7 +4,8 @@ It refuses to start what cannot work, with a message that says why, instead of l
 fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.md, section 7):
 
 - the model repository must exist (the repository Job renames it into place when complete; we
-  wait for it, with progress lines, up to TRITONLLM_WAIT_TIMEOUT seconds);
+  wait for it, with progress lines, up to TRITONLLM_WAIT_TIMEOUT seconds: a deployment's first
+  pods start while the Job still writes);
 - engine runtime: the engine must pass the one engine check (engine_files.check_engine:
   artifact.json tp and pp are the plan's topology, the engine's own config.json agrees) and its
   TensorRT-LLM version must equal the image's (TRITONLLM_SKIP_VERSION_CHECK=1 skips only the
@@ -70,6 +71,9 @@ DEFAULT_WAIT_SECONDS = 1800.0
 ENV_WORKER_WAIT_TIMEOUT = "TRITONLLM_WORKER_WAIT_TIMEOUT"
 DEFAULT_WORKER_WAIT_SECONDS = 600.0
 REPORT_EVERY_SECONDS = 10.0
+# A deployment's first serving pods start while the repository Job writes (tritonllm.plan.serving):
+# they look for the directory it renames into place this often (a stat, nothing more).
+REPOSITORY_POLL_SECONDS = 0.2
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 
 
@@ -227,7 +231,7 @@ def wait_for_repository(repo: Path, timeout: float) -> None:
             log("launch", "waiting", what="model repository", path=str(repo),
                 seconds=int(now - start))
             last = now
-        time.sleep(min(1.0, timeout / 10))
+        time.sleep(min(REPOSITORY_POLL_SECONDS, timeout / 10))
     log("launch", "repository", path=str(repo))
 
 
