@@ -78,23 +78,34 @@ def test_a_phase_far_slower_than_its_history_is_announced_once() -> None:
 # --- a change of the timeline alone is held back briefly, not written on every boundary ---
 
 
-def test_only_a_timeline_change_counts_as_timeline_only() -> None:
-    from tritonllm.plan.status import timeline_only
+def test_progress_only_is_a_change_of_no_condition_status_and_no_record() -> None:
+    from tritonllm.plan.status import progress_only
 
-    old = {"phase": "RepositoryWrite", "phases": [{"name": "RepositoryWrite"}], "ready": "0/1"}
-    assert timeline_only(old, {**old, "phase": "WaitingForGpus", "phaseStarted": "t"})
-    assert not timeline_only(old, {**old, "phase": "PodStart", "ready": "1/1"})
-    assert not timeline_only(old, old)  # no change at all is not a timeline change
+    def cond(status: str, reason: str) -> dict[str, str]:
+        return {"type": "Available", "status": status, "reason": reason}
+
+    old = {"phase": "RepositoryWrite", "phases": [{"name": "RepositoryWrite"}], "ready": "0/1",
+           "conditions": [cond("False", "NotDeployed")]}
+    assert progress_only(old, {**old, "phase": "WaitingForGpus", "phaseStarted": "t"})
+    # a condition's reason and words, the counts: progress
+    assert progress_only(old, {**old, "ready": "0/2",
+                               "conditions": [cond("False", "NoReadyReplicas")]})
+    # a condition flips: not held
+    assert not progress_only(old, {**old, "ready": "1/1",
+                                   "conditions": [cond("True", "Serving")]})
+    # a record (the written repository, a verified revision, a uid): not held
+    assert not progress_only(old, {**old, "repository": {"key": "k"}})
+    assert not progress_only(old, old)  # no change at all
 
 
-def test_a_timeline_only_status_waits_for_the_hold_or_for_a_change_that_matters(
+def test_a_progress_only_status_waits_for_the_hold_or_for_a_change_that_matters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tests.fake_kube import FakeKube
     from tritonllm.api.settings import OperatorSettings
     from tritonllm.handlers import reconciler as rec
     from tritonllm.handlers.cache import Cache
-    from tritonllm.plan import Decision
+    from tritonllm.plan import Decision, EventNote
 
     clock = [100.0]
     monkeypatch.setattr(rec.time, "monotonic", lambda: clock[0])
@@ -102,21 +113,23 @@ def test_a_timeline_only_status_waits_for_the_hold_or_for_a_change_that_matters(
     key = ("ns", "demo")
 
     def timeline() -> Decision:
-        return Decision(status={"phase": "PodStart"}, status_timeline_only=True)
+        return Decision(status={"phase": "PodStart"}, status_progress_only=True,
+                        events=[EventNote("Normal", "RollingOut", "1/2 updated")])
 
     held = timeline()
-    r._hold_timeline(key, held)
-    assert held.status is None and held.requeue_after == rec.TIMELINE_HOLD_SECONDS
+    r._hold_progress(key, held)
+    assert held.status is None and held.requeue_after == rec.PROGRESS_HOLD_SECONDS
+    assert held.events == []  # posted by the pass that writes the status
     clock[0] += 2
     again = timeline()
-    r._hold_timeline(key, again)  # still within the hold: the requeue is what is left of it
-    assert again.status is None and again.requeue_after == rec.TIMELINE_HOLD_SECONDS - 2
-    clock[0] += rec.TIMELINE_HOLD_SECONDS
+    r._hold_progress(key, again)  # still within the hold: the requeue is what is left of it
+    assert again.status is None and again.requeue_after == rec.PROGRESS_HOLD_SECONDS - 2
+    clock[0] += rec.PROGRESS_HOLD_SECONDS
     due = timeline()
-    r._hold_timeline(key, due)
-    assert due.status == {"phase": "PodStart"}  # the hold is over: written
+    r._hold_progress(key, due)
+    assert due.status == {"phase": "PodStart"} and due.events  # the hold is over: written
     # A condition's change goes at once, and takes the held timeline with it.
-    r._hold_timeline(key, timeline())
+    r._hold_progress(key, timeline())
     matters = Decision(status={"phase": "ModelLoad", "ready": "1/1"})
-    r._hold_timeline(key, matters)
+    r._hold_progress(key, matters)
     assert matters.status is not None and key not in r._held

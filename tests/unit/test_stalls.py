@@ -220,35 +220,46 @@ def test_repository_pod_stall_is_named_in_repository_ready_and_progressing() -> 
     assert p.requeue_after == STALL_REQUEUE_SECONDS
 
 
-# --- the reads: only while the Job has no running pod, at most once per JOB_RECHECK_SECONDS ---
+# --- the Job's pods come from the watch; only a Job with no pod seen is asked for Events ---
 
 
-def test_job_pods_are_read_only_while_none_runs_and_at_most_every_recheck() -> None:
+def job_pod(name: str, job: str, ns: str = "team", **kw: Any) -> dict[str, Any]:
+    """A Job's pod as the watch of pods delivers it."""
+    body = pod(name, **kw)
+    body["metadata"] = {"name": name, "namespace": ns, "creationTimestamp": "2026-11-22T09:00:00Z",
+                        "labels": {"job-name": job, c.LABEL_COMPONENT: c.COMPONENT_REPOSITORY}}
+    return body
+
+
+def test_a_job_pod_seen_by_the_watch_says_why_with_no_request() -> None:
     ns, name = "team", "tritonllm-build-k"
     job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1"},
            "status": {"active": 1}}
-    kube = FakeKube([{**pod("p1", scheduler=UNBOUND), "metadata": {
-        "name": "p1", "namespace": ns, "labels": {"job-name": name},
-        "creationTimestamp": "2026-11-22T09:00:00Z"}}])
+    kube = FakeKube([])
     checks = PodChecks()
-    lists = lambda: [x.kind for x in kube.calls if x.verb == "list"]  # noqa: E731
+    assert checks.pod_changed(job_pod("p1", name, scheduler=UNBOUND)) is None  # no reconcile
 
     async def go() -> None:
-        first = await checks.job_stall(kube, ns, name, job)
-        assert first is not None and first.reason == "Unschedulable"
-        assert await checks.job_stall(kube, ns, name, job) == first  # remembered
-        assert lists() == ["Pod"]
-        checks._jobs[(ns, name)] = (0.0, first)  # JOB_RECHECK_SECONDS later
-        await checks.job_stall(kube, ns, name, job)
-        assert lists() == ["Pod", "Pod"]
-        # A running pod or a finished Job: no read at all.
+        stall = await checks.job_stall(kube, ns, name, job)
+        assert stall is not None and stall.reason == "Unschedulable"
+        # placed and pulling: nothing holds it
+        checks.pod_changed(job_pod("p1", name, waiting=("build", "ContainerCreating", "")))
+        assert await checks.job_stall(kube, ns, name, job) is None
+        # A running pod or a finished Job: nothing to say.
         assert await checks.job_stall(kube, ns, name, {**job, "status": {"ready": 1}}) is None
         done = {**job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
         assert await checks.job_stall(kube, ns, name, done) is None
-        assert await checks.job_stall(kube, ns, name, None) is None
-        assert lists() == ["Pod", "Pod"]
 
     asyncio.run(go())
+    assert kube.calls == []
+    # an ended or deleted pod is forgotten
+    ended = job_pod("p1", name)
+    ended["status"]["phase"] = "Succeeded"
+    checks.pod_changed(ended)
+    assert checks._job_pods == {}
+    checks.pod_changed(job_pod("p2", name))
+    checks.pod_gone(job_pod("p2", name))
+    assert checks._job_pods == {}
 
 
 def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:
@@ -262,9 +273,31 @@ def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:
                    "involvedObject": {"kind": "Job", "name": name, "uid": "j0"},
                    **event(POD_SECURITY)}
     kube = FakeKube([refused, earlier_job])
-    stall = asyncio.run(PodChecks().job_stall(kube, ns, name, job))
+    checks = PodChecks()
+    stall = asyncio.run(checks.job_stall(kube, ns, name, job))
     assert stall is not None and stall.reason == "QuotaExceeded" and QUOTA in stall.said
-    assert [x.kind for x in kube.calls] == ["Pod", "Event"]
+    assert asyncio.run(checks.job_stall(kube, ns, name, job)) == stall  # remembered
+    assert [x.kind for x in kube.calls] == ["Event"]  # at most once per JOB_RECHECK_SECONDS
+    checks._jobs[(ns, name)] = (0.0, stall)  # JOB_RECHECK_SECONDS later
+    asyncio.run(checks.job_stall(kube, ns, name, job))
+    assert [x.kind for x in kube.calls] == ["Event", "Event"]
+
+
+def test_a_job_younger_than_the_grace_period_is_not_asked_for_events() -> None:
+    """The Job controller creates the pod within seconds, as a rule: no Event list before."""
+    ns, name = "team", "tritonllm-repo-k"
+    created = dt.datetime(2026, 11, 22, 9, 0, 0, tzinfo=dt.UTC)
+    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1",
+                                       "creationTimestamp": "2026-11-22T09:00:00Z"},
+           "status": {}}
+    kube = FakeKube([])
+    checks = PodChecks()
+    young = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS - 1)
+    assert asyncio.run(checks.job_stall(kube, ns, name, job, at=young)) is None
+    assert kube.calls == []
+    old = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS)
+    assert asyncio.run(checks.job_stall(kube, ns, name, job, at=old)) is None
+    assert [x.kind for x in kube.calls] == ["Event"]
 
 
 def test_a_serving_failure_seen_once_is_kept_until_every_replica_is_ready() -> None:
@@ -289,23 +322,3 @@ def test_a_serving_failure_seen_once_is_kept_until_every_replica_is_ready() -> N
                                         "status": {"readyReplicas": 1}}) is None
     assert checks.serving_failure(dep, rolling) is None  # forgotten once ready
 
-
-def test_a_job_younger_than_the_grace_period_is_not_looked_at() -> None:
-    """Most Jobs have their pod running within seconds: no pod list for them (each list costs
-    the API server a filter over every pod of the namespace)."""
-    ns, name = "team", "tritonllm-repo-k"
-    created = dt.datetime(2026, 11, 22, 9, 0, 0, tzinfo=dt.UTC)
-    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1",
-                                       "creationTimestamp": "2026-11-22T09:00:00Z"},
-           "status": {"active": 1}}
-    kube = FakeKube([{**pod("p1", scheduler=UNBOUND), "metadata": {
-        "name": "p1", "namespace": ns, "labels": {"job-name": name},
-        "creationTimestamp": "2026-11-22T09:00:00Z"}}])
-    checks = PodChecks()
-    young = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS - 1)
-    assert asyncio.run(checks.job_stall(kube, ns, name, job, at=young)) is None
-    assert kube.calls == []
-    old = created + dt.timedelta(seconds=PodChecks.JOB_GRACE_SECONDS)
-    stall = asyncio.run(checks.job_stall(kube, ns, name, job, at=old))
-    assert stall is not None and stall.reason == "Unschedulable"
-    assert [x.kind for x in kube.calls] == ["Pod"]

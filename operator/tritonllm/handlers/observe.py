@@ -3,13 +3,14 @@
 From the watch caches (tritonllm.handlers.cache), with no API request, except for pods and
 Secrets, which are not cached. Serving pods are watched (label-selected) for three things only,
 kept per deployment by PodChecks.pod_changed: a container that exits with an error, the
-scheduler's verdict on a pod it cannot place, and the timestamps that time the revision's phases.
-Listed only when needed: the pods of a failed Job (their termination messages say why), the
-pods of a build or repository Job that has had no running pod for PodChecks.JOB_GRACE_SECONDS
-(why it does not start; with no pod at all, the Job's FailedCreate Events), at most once per
-PodChecks.JOB_RECHECK_SECONDS per Job, and
-a verified rollout's verification pod once it is Ready (tritonllm.handlers.smoke). The two
-Secrets a deployment names (the user's token, the MPI keys) are read by name (SecretChecks).
+scheduler's verdict on a pod it cannot place, and the timestamps that time the revision's phases;
+the pods of build and repository Jobs for why one does not start (what the scheduler or the
+kubelet says of it), kept only while the pod has not ended. Listed only when needed: the pods of
+a failed Job (their termination messages say why), the FailedCreate Events of a Job of which no
+pod was seen PodChecks.JOB_GRACE_SECONDS after its creation (did the API server refuse it?), at
+most once per PodChecks.JOB_RECHECK_SECONDS per Job, and a verified rollout's verification pod
+once it is Ready (tritonllm.handlers.smoke). The two Secrets a deployment names (the user's
+token, the MPI keys) are read by name (SecretChecks).
 """
 
 from __future__ import annotations
@@ -193,6 +194,12 @@ def _age_seconds(obj: Obj, now: dt.datetime) -> float:
         return float("inf")
 
 
+# The pods of our Jobs, as the watch of pods delivers them (component label), and what of their
+# status says why one does not start.
+JOB_COMPONENTS = frozenset({c.COMPONENT_BUILD, c.COMPONENT_REPOSITORY})
+JOB_POD_STATUS = ("phase", "conditions", "initContainerStatuses", "containerStatuses")
+
+
 class PodChecks:
     """What the watch of serving pods tells about each deployment (a container's failure, the
     scheduler's verdict on a pod it cannot place, the revision's phase times), with no request;
@@ -201,9 +208,8 @@ class PodChecks:
     all)."""
 
     JOB_RECHECK_SECONDS = 10.0
-    # A Job younger than this is not looked at: most Jobs have their pod running by then, and a
-    # list of pods costs the API server a filter over every pod of the namespace. A pod that does
-    # not start is still named within JOB_GRACE_SECONDS + STALL_REQUEUE_SECONDS.
+    # A Job of which no pod has been seen is asked for its FailedCreate Events only once it is
+    # this old: the Job controller creates its pod within seconds, as a rule.
     JOB_GRACE_SECONDS = 5.0
 
     def __init__(self) -> None:
@@ -211,6 +217,8 @@ class PodChecks:
         # message (from the watch: the PodScheduled condition; no pod list).
         self._unplaced: dict[tuple[str, str], dict[str, str]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
+        # Per Job, its pods that have not ended (from the watch): what job_stall reads.
+        self._job_pods: dict[tuple[str, str], dict[str, Obj]] = {}
         # The last serving container failure of each deployment: (its identity, message).
         self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
         # The last verification pod failure of each deployment: (its revision, message).
@@ -223,8 +231,11 @@ class PodChecks:
         failed leader is gone seconds later, when LeaderWorkerSet recreates its group, so a
         list would miss it), and the timestamps that time the revision's phases. Returns the
         deployment's name when a new failure or the first ready pod is worth a reconcile."""
-        message = serving_failure(pod)
         meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
+            self._job_pod(pod, gone=False)
+            return None  # its Job's own events and the stall requeue reconcile
+        message = serving_failure(pod)
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if not name:
             return None
@@ -246,9 +257,31 @@ class PodChecks:
     def pod_gone(self, pod: Obj) -> None:
         """A serving pod was deleted: the scheduler no longer needs to place it."""
         meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
+            self._job_pod(pod, gone=True)
+            return
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if name:
             self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
+
+    def _job_pod(self, pod: Obj, *, gone: bool) -> None:
+        """Keep what says why a Job's pod does not start (tritonllm.plan.stalls.job_stall) for
+        each pod of a Job that has not ended; forget it once the pod ended or went."""
+        meta, status = pod["metadata"], pod.get("status") or {}
+        job = (meta.get("labels") or {}).get("job-name")
+        if not job:
+            return
+        key, name = (meta.get("namespace", ""), job), str(meta.get("name", ""))
+        pods = self._job_pods.setdefault(key, {})
+        if gone or status.get("phase") in ("Succeeded", "Failed"):
+            pods.pop(name, None)
+        else:
+            pods[name] = {
+                "metadata": {"name": name, "creationTimestamp": meta.get("creationTimestamp")},
+                "status": {k: status[k] for k in JOB_POD_STATUS if k in status},
+            }
+        if not pods:
+            del self._job_pods[key]
 
     def _record_unplaced(self, namespace: str, name: str, pod: Obj) -> str | None:
         """Keep the scheduler's verdict on the pod; the deployment's name when it changed."""
@@ -323,28 +356,30 @@ class PodChecks:
         self, kube: Kube, namespace: str, name: str, job: Obj | None,
         *, at: dt.datetime | None = None,
     ) -> Stall | None:
-        """Why the Job's pod does not start, if it has none running past the grace period
-        (tritonllm.plan.stalls)."""
+        """Why the Job's pod does not start, if it has none running (tritonllm.plan.stalls): from
+        its pods as the watch shows them; with none seen, from its FailedCreate Events."""
         key = (namespace, name)
         if job is None or job_finished(job) or job_running(job):
             self._jobs.pop(key, None)
             return None
+        pods = list((self._job_pods.get(key) or {}).values())
+        if pods:  # from the watch: no request
+            return job_stall(pods)
         if _age_seconds(job, at or dt.datetime.now(dt.UTC)) < self.JOB_GRACE_SECONDS:
-            return None
+            return None  # the Job controller creates its pod within seconds, as a rule
+        # No pod of it seen: did the API server refuse to create one? (its FailedCreate Events,
+        # asked at most once per JOB_RECHECK_SECONDS)
         now = time.monotonic()
         checked = self._jobs.get(key)
         if checked is not None and now - checked[0] < self.JOB_RECHECK_SECONDS:
             return checked[1]
-        pods = await kube.list("v1", "Pod", namespace, labels={"job-name": name})
-        events: list[Obj] = []
-        if not pods:  # no pod at all: did the API server refuse to create it?
-            uid = job["metadata"].get("uid", "")
-            fields = {"involvedObject.kind": "Job", "involvedObject.name": name,
-                      "reason": "FailedCreate"}
-            if uid:
-                fields["involvedObject.uid"] = uid
-            events = await kube.list("v1", "Event", namespace, labels={}, fields=fields)
-        stall = job_stall(pods, events)
+        uid = job["metadata"].get("uid", "")
+        fields = {"involvedObject.kind": "Job", "involvedObject.name": name,
+                  "reason": "FailedCreate"}
+        if uid:
+            fields["involvedObject.uid"] = uid
+        events = await kube.list("v1", "Event", namespace, labels={}, fields=fields)
+        stall = job_stall([], events)
         self._jobs[key] = (now, stall)
         return stall
 

@@ -38,7 +38,8 @@ MANAGED = {c.LABEL_MANAGED_BY: c.APP_NAME}
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.APP_NAME}"
 SERVING_PODS_SELECTOR = (
     f"{MANAGED_SELECTOR},{c.LABEL_COMPONENT} in "
-    f"({c.COMPONENT_SERVER},{c.COMPONENT_WORKER},{c.COMPONENT_VERIFY})"
+    f"({c.COMPONENT_SERVER},{c.COMPONENT_WORKER},{c.COMPONENT_VERIFY},"
+    f"{c.COMPONENT_BUILD},{c.COMPONENT_REPOSITORY})"
 )
 # kopf's per-object workers, per watched kind, and how long an idle one lingers.
 WORKERS_PER_KIND = 64
@@ -79,7 +80,8 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
 def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) -> None:
     """The list and watch requests of the kinds we create carry our label selector: the API
     server sends only our objects (kopf's `labels=` filters alone run after each object arrived
-    and was parsed). Pods: only our serving pods (leaders, workers, verification pods)."""
+    and was parsed). Pods: only our serving pods (leaders, workers, verification pods) and the
+    pods of our build and repository Jobs (why one does not start)."""
     for resource in managed_resources(specs):
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     settings.watching.label_selectors[("", "v1", "pods")] = SERVING_PODS_SELECTOR
@@ -239,7 +241,8 @@ async def pod_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
     """Serving and verification pods, for three things only: a container that exits with an
     error (its termination message goes into the deployment's conditions), the scheduler's
     verdict on a pod it cannot place, and the timestamps of a revision's first pod (its phases);
-    nothing else of a pod is kept."""
+    and the pods of build and repository Jobs, for why one does not start. Nothing else of a pod
+    is kept."""
     if event.get("type") == "DELETED":
         reconciler().pod_gone(dict(body))
     else:

@@ -56,12 +56,12 @@ log = logging.getLogger("tritonllm.reconcile")
 Logger = logging.LoggerAdapter[Any]
 
 PASSES_PER_CLIENT_SLOT = 2
-# A status change of the phase timeline alone (a Job started, a serving pod scheduled) is held
-# back this long and sent with the next change that matters (a condition, the replicas), or alone
-# once the hold is over: on a fast path every phase boundary would otherwise be a status write.
-# The times themselves come from the objects, so the hold delays what `kubectl get` shows, never
-# what it says.
-TIMELINE_HOLD_SECONDS = 5.0
+# A status change of progress alone (a Job started, a pod scheduled, "1/2 replicas updated": no
+# condition changes its status) is held back this long, with the Events it implies, and sent with
+# the next change that matters (a condition flips, a record is kept), or alone once the hold is
+# over: on a fast path every step would otherwise be a status write and an Event. The times come
+# from the objects, so the hold delays when `kubectl get` shows them, never what they say.
+PROGRESS_HOLD_SECONDS = 5.0
 # A failed pass is retried after this many seconds, doubling per consecutive failure, up to
 # MAX_ERROR_REQUEUE_SECONDS (and never later than the resync period).
 ERROR_REQUEUE_SECONDS = 5.0
@@ -101,7 +101,7 @@ class Reconciler:
         self._secrets = SecretChecks()
         self._smoke = SmokeChecks()
         self._failures: dict[Key, int] = {}  # consecutive failed passes
-        self._held: dict[Key, float] = {}  # since when a timeline-only status waits (monotonic)
+        self._held: dict[Key, float] = {}  # since when a progress-only status waits (monotonic)
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
         self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
@@ -268,27 +268,29 @@ class Reconciler:
             rollout=(body.get("status") or {}).get("rollout"),
         )
         decision = plan(body, dep, rendered, obs)
-        self._hold_timeline((dep.namespace, dep.name), decision)
+        self._hold_progress((dep.namespace, dep.name), decision)
         if decision.status is not None:
             old = (body.get("status") or {}).get("phases") or []
             decision.events += self._phases.ended(old, decision.status.get("phases") or [])
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
         return decision
 
-    def _hold_timeline(self, key: Key, decision: Decision) -> None:
-        """Hold back a status write that only moves the phase timeline (TIMELINE_HOLD_SECONDS),
-        unless it has waited long enough; any other status write sends it along."""
-        if decision.status is None or not decision.status_timeline_only:
+    def _hold_progress(self, key: Key, decision: Decision) -> None:
+        """Hold back a status write of progress alone (PROGRESS_HOLD_SECONDS) and its Events
+        (the pass that writes the status posts them, from the same flips), unless it has waited
+        long enough; any other status write sends it along."""
+        if decision.status is None or not decision.status_progress_only:
             if decision.status is not None:
                 self._held.pop(key, None)
             return
         now = time.monotonic()
         since = self._held.setdefault(key, now)
-        if now - since >= TIMELINE_HOLD_SECONDS:
+        if now - since >= PROGRESS_HOLD_SECONDS:
             self._held.pop(key, None)
             return
         decision.status = None
-        decision.requeue(TIMELINE_HOLD_SECONDS - (now - since))
+        decision.events = []
+        decision.requeue(PROGRESS_HOLD_SECONDS - (now - since))
 
     def _engine_guard(
         self, namespace: str, key: str

@@ -254,7 +254,7 @@ def finish(
     wire = status.to_wire()
     if wire != old:
         p.status = wire
-        p.status_timeline_only = timeline_only(old, wire)
+        p.status_progress_only = progress_only(old, wire)
     # Progressing names the step under way: it leads the pass's Event when nothing is wrong
     events = events_for(sorted(flips, key=lambda f: f[0].type != c.COND_PROGRESSING))
     events += [e for e in stall_events(old_conds, conds, flips) if e[1:] not in
@@ -263,15 +263,22 @@ def finish(
     return p
 
 
-# The status fields of the phase timeline: their times come from the objects themselves, so a
-# write that carries only them can wait a little without losing anything.
-TIMELINE_FIELDS = frozenset({"phases", "phase", "phaseStarted"})
+# The status fields that report progress (the phase timeline, counts, the condition's words):
+# a write that changes only these, with no condition changing its status, can wait a little
+# (the times come from the objects themselves, so only when `kubectl get` shows them moves).
+PROGRESS_FIELDS = frozenset({"phases", "phase", "phaseStarted", "conditions", "replicas",
+                             "readyReplicas", "ready", "reason", "scaling"})
 
 
-def timeline_only(old: Obj, new: Obj) -> bool:
-    """Whether `new` differs from `old` only in the phase timeline."""
+def progress_only(old: Obj, new: Obj) -> bool:
+    """Whether `new` differs from `old` only in how far things got: no condition changes its
+    status (True/False/Unknown), and no field outside PROGRESS_FIELDS changes."""
     changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-    return bool(changed) and changed <= TIMELINE_FIELDS
+    if not changed or not changed <= PROGRESS_FIELDS:
+        return False
+    def statuses(st: Obj) -> dict[str, str]:
+        return {x.get("type", ""): x.get("status", "") for x in st.get("conditions") or []}
+    return statuses(old) == statuses(new)
 
 
 def one_per_pass(events: list[EventNote]) -> list[EventNote]:

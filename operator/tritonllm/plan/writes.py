@@ -37,10 +37,11 @@ class Decision:
     scale: tuple[ObjectRef, int] | None = None  # (the workload, its replicas)
     engine_status: dict[str, Any] | None = None  # new TritonLLMEngine status, if changed
     status: dict[str, Any] | None = None  # new deployment status (wire form), if changed
-    # The new status differs from the live one only in the phase timeline (status.phases,
-    # phase, phaseStarted): the reconciler may hold it back briefly (TIMELINE_HOLD_SECONDS) and
-    # send it with the next change that matters, or alone once the hold is over.
-    status_timeline_only: bool = False
+    # The new status differs from the live one only in progress (plan.status.progress_only: the
+    # phase timeline, counts, a condition's words, none of their statuses): the reconciler may
+    # hold it back briefly (PROGRESS_HOLD_SECONDS), with the Events it implies, and send it with
+    # the next change that matters, or alone once the hold is over.
+    status_progress_only: bool = False
     events: list[EventNote] = dataclasses.field(default_factory=list)
     # Reconcile again after this many seconds: a step is waiting for something that produces no
     # watch event (a backoff running out) or that should be looked at sooner than the resync.
