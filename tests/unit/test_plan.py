@@ -15,7 +15,7 @@ from tritonllm.handlers.cache import project_workload
 from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.gc import optional_refs
-from tritonllm.plan.observed import serving_failure
+from tritonllm.plan.observed import job_has_pod, serving_failure
 from tritonllm.plan.reconcile import (
     FINALIZER,
     MAX_BUILD_ATTEMPTS,
@@ -84,6 +84,8 @@ class World:
             build_stall=self.obs.get("build_stall"),
             repo_stall=self.obs.get("repo_stall"),
             repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
+            repo_pod_exists=job_has_pod(
+                get("Job", naming.repository_job_name(self.dep(), r.repository_key))),
             workload=workload,
             live=live,
             repo_revisions=revisions,

@@ -238,6 +238,7 @@ def test_a_job_pod_seen_by_the_watch_says_why_with_no_request() -> None:
     kube = FakeKube([])
     checks = PodChecks()
     assert checks.pod_changed(job_pod("p1", name, scheduler=UNBOUND)) is None  # no reconcile
+    assert checks.job_pod_seen(ns, name)
 
     async def go() -> None:
         stall = await checks.job_stall(kube, ns, name, job)
@@ -252,14 +253,25 @@ def test_a_job_pod_seen_by_the_watch_says_why_with_no_request() -> None:
 
     asyncio.run(go())
     assert kube.calls == []
-    # an ended or deleted pod is forgotten
+    # an ended pod keeps its phase only (its Job is about to say so: no Event list meanwhile);
+    # a deleted one is forgotten
     ended = job_pod("p1", name)
     ended["status"]["phase"] = "Succeeded"
     checks.pod_changed(ended)
-    assert checks._job_pods == {}
-    checks.pod_changed(job_pod("p2", name))
-    checks.pod_gone(job_pod("p2", name))
-    assert checks._job_pods == {}
+    assert checks._job_pods[(ns, name)] == {"p1": {"metadata": {"name": "p1"},
+                                                   "status": {"phase": "Succeeded"}}}
+    assert asyncio.run(checks.job_stall(kube, ns, name, job)) is None and kube.calls == []
+    checks.pod_gone(ended)
+    assert checks._job_pods == {} and not checks.job_pod_seen(ns, name)
+
+
+def test_the_first_repository_pod_seen_asks_for_its_deployments_reconcile() -> None:
+    """Its deployment's first workload may start once the Job's pod exists (plan.serving)."""
+    checks = PodChecks()
+    first = job_pod("r1", "demo-repo-k")
+    first["metadata"]["labels"][c.LABEL_INSTANCE] = "demo"
+    assert checks.pod_changed(first) == "demo"
+    assert checks.pod_changed(first) is None  # seen before: no new reconcile
 
 
 def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:

@@ -33,6 +33,7 @@ from tritonllm.plan import (
     is_ours,
     job_failed,
     job_finished,
+    job_has_pod,
     job_running,
     job_stall,
     optional_refs,
@@ -133,6 +134,7 @@ async def observe(
         repo_job=repo_job,
         repo_pods=await _failed_pods(kube, ns, repo_job),
         repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
+        repo_pod_exists=job_has_pod(repo_job) or pods.job_pod_seen(ns, r.repository_job.name),
         workload=workload,
         live=_live(cache, dep, r, workload),
         repo_revisions=cache.repository_revisions(ns, dep.name),
@@ -232,9 +234,14 @@ class PodChecks:
         list would miss it), and the timestamps that time the revision's phases. Returns the
         deployment's name when a new failure or the first ready pod is worth a reconcile."""
         meta = pod["metadata"]
-        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
-            self._job_pod(pod, gone=False)
-            return None  # its Job's own events and the stall requeue reconcile
+        labels = meta.get("labels") or {}
+        if labels.get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
+            first = self._job_pod(pod, gone=False)
+            # a repository pod seen first: its deployment's first workload may start now
+            # (tritonllm.plan.serving); otherwise the Job's own events and the stall requeue
+            # reconcile
+            repository = labels.get(c.LABEL_COMPONENT) == c.COMPONENT_REPOSITORY
+            return labels.get(c.LABEL_INSTANCE) if first and repository else None
         message = serving_failure(pod)
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if not name:
@@ -264,17 +271,21 @@ class PodChecks:
         if name:
             self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
 
-    def _job_pod(self, pod: Obj, *, gone: bool) -> None:
-        """Keep what says why a Job's pod does not start (tritonllm.plan.stalls.job_stall) for
-        each pod of a Job that has not ended; forget it once the pod ended or went."""
+    def _job_pod(self, pod: Obj, *, gone: bool) -> bool:
+        """Keep what says why a Job's pod does not start (tritonllm.plan.stalls.job_stall), for
+        each pod of a Job, until the pod is deleted (an ended one: its phase only). True when
+        this is the first pod seen of its Job."""
         meta, status = pod["metadata"], pod.get("status") or {}
         job = (meta.get("labels") or {}).get("job-name")
         if not job:
-            return
+            return False
         key, name = (meta.get("namespace", ""), job), str(meta.get("name", ""))
+        first = key not in self._job_pods
         pods = self._job_pods.setdefault(key, {})
-        if gone or status.get("phase") in ("Succeeded", "Failed"):
+        if gone:
             pods.pop(name, None)
+        elif status.get("phase") in ("Succeeded", "Failed"):
+            pods[name] = {"metadata": {"name": name}, "status": {"phase": status["phase"]}}
         else:
             pods[name] = {
                 "metadata": {"name": name, "creationTimestamp": meta.get("creationTimestamp")},
@@ -282,6 +293,11 @@ class PodChecks:
             }
         if not pods:
             del self._job_pods[key]
+        return first and not gone
+
+    def job_pod_seen(self, namespace: str, job: str) -> bool:
+        """Whether the watch of pods has shown a pod of this Job."""
+        return (namespace, job) in self._job_pods
 
     def _record_unplaced(self, namespace: str, name: str, pod: Obj) -> str | None:
         """Keep the scheduler's verdict on the pod; the deployment's name when it changed."""

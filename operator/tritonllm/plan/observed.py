@@ -67,6 +67,8 @@ class Observed:
     repo_job: Obj | None = None
     repo_pods: Sequence[Obj] = ()
     repo_stall: Stall | None = None
+    # The repository Job's pod exists (the watch of pods saw it, or the Job counts it active).
+    repo_pod_exists: bool = False
     workload: Obj | None = None  # Deployment or LeaderWorkerSet
     # Live children by reference (Manifest.ref), for the hash comparison.
     live: Mapping[ObjectRef, Obj] = dataclasses.field(default_factory=dict)

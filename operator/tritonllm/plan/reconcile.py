@@ -35,7 +35,7 @@ from .conditions import Cond
 from .deletion import FINALIZER, finalizers_for, plan_deletion
 from .engine import MAX_BUILD_ATTEMPTS, backoff_seconds, engine_step
 from .gc import collect_garbage
-from .observed import Obj, Observed, job_has_pod, unschedulable_message
+from .observed import Obj, Observed, unschedulable_message
 from .ownership import (
     conflict_message,
     conflicts,
@@ -96,7 +96,7 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     workload, gate = serving_step(
         p, dep, rendered, obs, repository_ready=repo.ready, blocked=blocked is not None,
         rollout=(body.get("status") or {}).get("rollout"),
-        repository_writing=engine.usable and job_has_pod(obs.repo_job),
+        repository_writing=engine.usable and obs.repo_pod_exists,
     )
     collect_garbage(p, dep, rendered, obs, served_repo=workload.repo_key)
     build = (rendered.build_job.ref, rendered.build_configmap.ref)
