@@ -93,8 +93,15 @@ def test_progress_only_is_a_change_of_no_condition_status_and_no_record() -> Non
     # a condition flips: not held
     assert not progress_only(old, {**old, "ready": "1/1",
                                    "conditions": [cond("True", "Serving")]})
-    # a record (the written repository, a verified revision, a uid): not held
-    assert not progress_only(old, {**old, "repository": {"key": "k"}})
+    # a step of Progressing on the way (the repository written, its record kept): held
+    repo = {"type": "RepositoryReady", "status": "False", "reason": "Writing"}
+    before = {**old, "conditions": [cond("False", "NotDeployed"), repo]}
+    written = {**repo, "status": "True", "reason": "RepositoryWritten"}
+    assert progress_only(before, {**before, "repository": {"key": "k"},
+                                  "conditions": [cond("False", "NotDeployed"), written]})
+    # a record that must not wait (a verified revision, a uid): not held
+    assert not progress_only(old, {**old, "rollout": {"state": "Verified"}})
+    assert not progress_only(old, {**old, "mpiSecretUid": "u"})
     assert not progress_only(old, old)  # no change at all
 
 

@@ -55,7 +55,11 @@ log = logging.getLogger("tritonllm.reconcile")
 
 Logger = logging.LoggerAdapter[Any]
 
-PASSES_PER_CLIENT_SLOT = 2
+# Passes in flight per client slot. A pass holds its rendered objects (about 75 kB for the CPU
+# stand-in example) while it waits for the client; 4 per slot (64 at the default concurrency,
+# about 5 MB) keeps first passes of a burst from queueing behind passes that wait to write a
+# status, which the client sends after the children of other passes.
+PASSES_PER_CLIENT_SLOT = 4
 # A status change of progress alone (a Job started, a pod scheduled, "1/2 replicas updated": no
 # condition changes its status) is held back this long, with the Events it implies, and sent with
 # the next change that matters (a condition flips, a record is kept), or alone once the hold is

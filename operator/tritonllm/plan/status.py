@@ -263,22 +263,31 @@ def finish(
     return p
 
 
-# The status fields that report progress (the phase timeline, counts, the condition's words):
-# a write that changes only these, with no condition changing its status, can wait a little
-# (the times come from the objects themselves, so only when `kubectl get` shows them moves).
+# The status fields that report progress (the phase timeline, counts, the conditions' words, the
+# record of the written repository, which its Job outlives by a day): a write that changes only
+# these, with none of the summary conditions changing its status, can wait a little (the times
+# come from the objects themselves, so only when `kubectl get` shows them moves).
 PROGRESS_FIELDS = frozenset({"phases", "phase", "phaseStarted", "conditions", "replicas",
-                             "readyReplicas", "ready", "reason", "scaling"})
+                             "readyReplicas", "ready", "reason", "scaling", "repository"})
+# What users and tools wait on: a change of their status is never held. (EngineReady and
+# RepositoryReady turning True on the way are steps of Progressing, which goes on.)
+SUMMARY_CONDITIONS = (c.COND_READY, c.COND_AVAILABLE, c.COND_DEGRADED, c.COND_PROGRESSING)
 
 
 def progress_only(old: Obj, new: Obj) -> bool:
-    """Whether `new` differs from `old` only in how far things got: no condition changes its
-    status (True/False/Unknown), and no field outside PROGRESS_FIELDS changes."""
+    """Whether `new` differs from `old` only in how far things got: no summary condition changes
+    its status (True/False/Unknown), no condition appears or goes, and no field outside
+    PROGRESS_FIELDS changes."""
     changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
     if not changed or not changed <= PROGRESS_FIELDS:
         return False
+
     def statuses(st: Obj) -> dict[str, str]:
         return {x.get("type", ""): x.get("status", "") for x in st.get("conditions") or []}
-    return statuses(old) == statuses(new)
+
+    before, after = statuses(old), statuses(new)
+    return before.keys() == after.keys() and all(
+        before[t] == after[t] for t in SUMMARY_CONDITIONS if t in before)
 
 
 def one_per_pass(events: list[EventNote]) -> list[EventNote]:
