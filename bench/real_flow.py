@@ -21,14 +21,16 @@ engineRetention Delete (its engine files removed).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from tests.cluster.operator_harness import jobs, run_operator
-from tests.cluster.test_real_flow import EXAMPLE, SEED, _first_answer, _pods, restrict
+from tests.cluster.test_real_flow import EXAMPLE, SEED, _first_answer, _pods, _timeline, restrict
 from tests.cluster.test_real_lifecycle import (
     NAME,
     Figures,
@@ -58,6 +60,8 @@ def one_round(
             cluster.kubectl("apply", "-n", ns, "-f", str(EXAMPLE))
             _first_answer(cluster, ns, "cpu-standin", op, 420)
             cold = time.monotonic() - start
+            print(f"  cold phases: {phases_line(_timeline(cluster, ns, 'cpu-standin'))}",
+                  flush=True)
             cluster.kubectl("delete", "tllm", "cpu-standin", "-n", ns, "--wait=true")
             wait_for(lambda: not _pods(cluster, ns, "server")
                      and not jobs(cluster, ns, "tritonllm-build-"),
@@ -69,6 +73,8 @@ def one_round(
             cr, _ = _first_answer(cluster, ns, "cpu-standin-warm", op, 300)
             warm = time.monotonic() - start
             assert cr["status"]["engine"]["cached"] is True, cr["status"]
+            print(f"  warm phases: {phases_line(_timeline(cluster, ns, 'cpu-standin-warm'))}",
+                  flush=True)
             cluster.kubectl("delete", "tllm", "cpu-standin-warm", "-n", ns, "--wait=true")
             wait_for(lambda: not _pods(cluster, ns, "server"), timeout=180,
                      what="warm deployment collected")
@@ -79,6 +85,20 @@ def one_round(
             delete_one_pod(cluster, ns, op, figures)
             delete_deployment(cluster, ns, op)
     return cold, warm, figures
+
+
+def phases_line(phases: list[dict[str, Any]]) -> str:
+    """status.phases as `Name start+offset..end (seconds)`, offsets from the first start: the
+    phases overlap where the serving pods start while the repository Job writes."""
+    if not phases:
+        return "none"
+    t0 = min(dt.datetime.fromisoformat(p["start"]) for p in phases)
+
+    def at(s: str) -> float:
+        return (dt.datetime.fromisoformat(s) - t0).total_seconds()
+
+    return ", ".join(f"{p['name']} {at(p['start']):.0f}..{at(p['end']):.0f} s "
+                     f"({p['seconds']:.0f} s)" for p in phases)
 
 
 def main() -> None:
