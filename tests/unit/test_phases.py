@@ -140,3 +140,8 @@ def test_a_progress_only_status_waits_for_the_hold_or_for_a_change_that_matters(
     matters = Decision(status={"phase": "ModelLoad", "ready": "1/1"})
     r._hold_progress(key, matters)
     assert matters.status is not None and key not in r._held
+    # Progress that says something is wrong (a Job's pod cannot be scheduled) is not held.
+    stuck = Decision(status={"phase": "RepositoryWrite"}, status_progress_only=True,
+                     events=[EventNote("Warning", "Unschedulable", "pod p: 0/3 nodes")])
+    r._hold_progress(key, stuck)
+    assert stuck.status is not None and stuck.events

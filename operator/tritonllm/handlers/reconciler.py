@@ -61,10 +61,11 @@ Logger = logging.LoggerAdapter[Any]
 # status, which the client sends after the children of other passes.
 PASSES_PER_CLIENT_SLOT = 4
 # A status change of progress alone (a Job started, a pod scheduled, "1/2 replicas updated": no
-# condition changes its status) is held back this long, with the Events it implies, and sent with
-# the next change that matters (a condition flips, a record is kept), or alone once the hold is
-# over: on a fast path every step would otherwise be a status write and an Event. The times come
-# from the objects, so the hold delays when `kubectl get` shows them, never what they say.
+# summary condition changes its status) is held back this long, with the Events it implies, and
+# sent with the next change that matters (a condition flips, a record is kept, a Warning), or
+# alone once the hold is over: on a fast path every step would otherwise be a status write and
+# an Event. The times come from the objects, so the hold delays when `kubectl get` shows them,
+# never what they say.
 PROGRESS_HOLD_SECONDS = 5.0
 # A failed pass is retried after this many seconds, doubling per consecutive failure, up to
 # MAX_ERROR_REQUEUE_SECONDS (and never later than the resync period).
@@ -282,8 +283,10 @@ class Reconciler:
     def _hold_progress(self, key: Key, decision: Decision) -> None:
         """Hold back a status write of progress alone (PROGRESS_HOLD_SECONDS) and its Events
         (the pass that writes the status posts them, from the same flips), unless it has waited
-        long enough; any other status write sends it along."""
-        if decision.status is None or not decision.status_progress_only:
+        long enough or says something is wrong (a Warning: a pod that cannot start); any other
+        status write sends it along."""
+        warns = any(e.type == "Warning" for e in decision.events)  # a problem is said at once
+        if decision.status is None or not decision.status_progress_only or warns:
             if decision.status is not None:
                 self._held.pop(key, None)
             return
