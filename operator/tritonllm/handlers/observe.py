@@ -5,12 +5,12 @@ Secrets, which are not cached. Serving pods are watched (label-selected) for thr
 kept per deployment by PodChecks.pod_changed: a container that exits with an error, the
 scheduler's verdict on a pod it cannot place, and the timestamps that time the revision's phases;
 the pods of build and repository Jobs for why one does not start (what the scheduler or the
-kubelet says of it), kept only while the pod has not ended. Listed only when needed: the pods of
-a failed Job (their termination messages say why), the FailedCreate Events of a Job of which no
-pod was seen PodChecks.JOB_GRACE_SECONDS after its creation (did the API server refuse it?), at
-most once per PodChecks.JOB_RECHECK_SECONDS per Job, and a verified rollout's verification pod
-once it is Ready (tritonllm.handlers.smoke). The two Secrets a deployment names (the user's
-token, the MPI keys) are read by name (SecretChecks).
+kubelet says of it), kept until the pod is deleted (an ended pod by its phase only). Listed
+only when needed: the pods of a failed Job (their termination messages say why), the
+FailedCreate Events of a Job of which no pod was seen PodChecks.JOB_GRACE_SECONDS after its
+creation (did the API server refuse it?), at most once per PodChecks.JOB_RECHECK_SECONDS per
+Job, and a verified rollout's verification pod once it is Ready (tritonllm.handlers.smoke). The
+two Secrets a deployment names (the user's token, the MPI keys) are read by name (SecretChecks).
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ class PodChecks:
         # message (from the watch: the PodScheduled condition; no pod list).
         self._unplaced: dict[tuple[str, str], dict[str, str]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
-        # Per Job, its pods that have not ended (from the watch): what job_stall reads.
+        # Per Job, its pods as the watch shows them (an ended one by its phase only), until
+        # deleted: what job_stall reads.
         self._job_pods: dict[tuple[str, str], dict[str, Obj]] = {}
         # The last serving container failure of each deployment: (its identity, message).
         self._failed: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
