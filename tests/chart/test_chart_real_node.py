@@ -197,8 +197,13 @@ def test_chart_from_the_oci_registry_runs_two_peered_operators_on_the_real_node(
             wait_for(lambda: reconciles(ips[standby]) > 0, timeout=120, interval=0.5,
                      what=f"{standby} reconciles after {active} is deleted")
         except Exception as exc:
-            raise AssertionError(f"{exc}\n{cluster.kubectl('logs', standby, '-n', ns).stdout}"
-                                 ) from exc
+            # What the standby did (and, had it restarted, its previous run), and the Lease.
+            seen = [cluster.kubectl("logs", standby, "-n", ns, *more, check=False)
+                    for more in ((), ("--previous",))]
+            lease_now = cluster.kubectl("get", "lease", lease, "-n", ns, "-o", "yaml",
+                                        check=False)
+            raise AssertionError("\n".join([str(exc), *(r.stdout + r.stderr for r in seen),
+                                             lease_now.stdout])) from exc
         handover = time.monotonic() - start
         print(f"[measure] operator failover: active replica deleted -> the other reconciles "
               f"{handover:.1f} s")

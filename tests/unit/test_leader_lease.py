@@ -8,6 +8,7 @@ import asyncio
 import copy
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tritonllm.k8s.client import KubeError
@@ -21,8 +22,11 @@ class FakeLeases:
         self.objects: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.fail = False  # every call raises (the API server unreachable)
+        self.broken: list[BaseException] = []  # the next calls raise these, in order
 
     def _check(self) -> None:
+        if self.broken:
+            raise self.broken.pop(0)
         if self.fail:
             raise KubeError(503, "Service Unavailable", "down")
 
@@ -138,6 +142,39 @@ def test_a_leader_that_cannot_renew_stops_before_a_standby_may_take_over() -> No
     with pytest.raises(LeaseLost, match=r"not renewed for .* \(deadline 4.0 s\)"):
         asyncio.run(asyncio.wait_for(keep_while_time_passes(), timeout=5))
     assert a.renew_deadline < a.duration  # it stops acting before the Lease can expire
+
+
+def test_a_standby_waits_through_timeouts_and_refused_connections_then_takes_over() -> None:
+    """A request that never reached the API server (a timeout, a reset or refused connection:
+    the node busy or restarting) is tried again, like an error answer; it must not end the
+    standby, which would then restart into a crash-loop back-off instead of taking over."""
+    api, clock = FakeLeases(), Clock()
+    a, b = replica(api, clock, "a"), replica(api, clock, "b")
+    b.retry_every = 0.01
+    asyncio.run(a.try_acquire())
+    asyncio.run(a.release())
+    api.broken = [TimeoutError(), aiohttp.ServerDisconnectedError(),
+                  ConnectionRefusedError(111, "Connection refused"), KubeError(500, "x", "")]
+    asyncio.run(asyncio.wait_for(b.acquire(), timeout=5))
+    assert holder(api) == "b" and not api.broken
+
+
+def test_a_leader_renews_through_one_timeout() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = replica(api, clock, "a")
+    a.renew_every = 0.01
+    asyncio.run(a.try_acquire())
+
+    async def two_renewals_one_lost() -> None:
+        api.broken = [TimeoutError()]
+        keep = asyncio.create_task(a.keep())
+        while api.broken or api.version < 2:
+            await asyncio.sleep(0.01)
+        a.released = True
+        await asyncio.wait_for(keep, timeout=5)  # no LeaseLost: one timeout is within the deadline
+
+    asyncio.run(two_renewals_one_lost())
+    assert holder(api) == "a"
 
 
 def test_a_released_lease_is_taken_at_the_next_try() -> None:

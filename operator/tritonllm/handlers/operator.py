@@ -145,13 +145,17 @@ async def cleanup(**_: Any) -> None:
     if names is not None:
         names.cancel()
     r = _state.get("reconciler")
-    if r is not None:
-        r.stop()  # no new pass from here on, whatever the watches still deliver
-        await asyncio.wait_for(r.wait_idle(), timeout=30)
-        await r.kube.close()
-    stopped = _state.get("when_stopped")
-    if stopped is not None:
-        await stopped()
+    try:
+        if r is not None:
+            r.stop()  # no new pass from here on, whatever the watches still deliver
+            try:
+                await asyncio.wait_for(r.wait_idle(), timeout=30)
+            finally:
+                await r.kube.close()
+    finally:  # the Lease is released even when the last passes did not end in time
+        stopped = _state.get("when_stopped")
+        if stopped is not None:
+            await stopped()
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)

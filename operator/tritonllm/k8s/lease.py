@@ -27,11 +27,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from .client import LEASE_API_VERSION, Kube, KubeError
 
 log = logging.getLogger("tritonllm.lease")
 
 KIND = "Lease"
+
+# What a Lease request may fail with and be tried again: the API server's answer, and the way to
+# it (a timeout, a refused or reset connection while the API server or the node's network is busy
+# or restarting). Neither may end the standby's wait or the leader's renewals: a standby that
+# exited on one would restart into a crash-loop back-off instead of taking over.
+RETRIED = (KubeError, aiohttp.ClientError, TimeoutError, OSError)
 
 
 class LeaseLost(RuntimeError):
@@ -127,8 +135,8 @@ class LeaderLease:
                     log.info("acquired Lease %s/%s as %s", self.namespace, self.name,
                              self.identity)
                     return
-            except KubeError as exc:
-                log.warning("Lease %s/%s: %s", self.namespace, self.name, exc)
+            except RETRIED as exc:
+                log.warning("Lease %s/%s: %s", self.namespace, self.name, _said(exc))
             await asyncio.sleep(self.retry_every)
 
     async def keep(self) -> None:
@@ -150,8 +158,9 @@ class LeaderLease:
                 if written is not None:
                     renewed = self.clock()
                     continue
-            except KubeError as exc:
-                log.warning("could not renew Lease %s/%s: %s", self.namespace, self.name, exc)
+            except RETRIED as exc:
+                log.warning("could not renew Lease %s/%s: %s", self.namespace, self.name,
+                            _said(exc))
             if self.clock() - renewed >= self.renew_deadline:
                 raise LeaseLost(
                     f"Lease {self.namespace}/{self.name} not renewed for "
@@ -169,5 +178,11 @@ class LeaderLease:
             spec = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
             await self.kube.replace(self._object(lease, spec))
             log.info("released Lease %s/%s", self.namespace, self.name)
-        except KubeError as exc:
-            log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, exc)
+        except RETRIED as exc:
+            log.warning("could not release Lease %s/%s: %s", self.namespace, self.name,
+                        _said(exc))
+
+
+def _said(exc: BaseException) -> str:
+    """An error in a log line: a timeout's str() is empty."""
+    return str(exc) or type(exc).__name__
