@@ -207,7 +207,7 @@ def test_replicas_change_only_scales(cluster: LocalCluster, namespace: str, tmp_
         cluster.apply([small("zeta", namespace)])
         wait_ready(cluster, namespace, "zeta")
         before = _deployment(cluster, namespace, "zeta")
-        repo_jobs = jobs(cluster, namespace, "zeta-repo-")
+        repo_jobs = jobs(cluster, namespace, "tritonllm-repo-")
         cluster.kubectl("scale", "tllm", "zeta", "-n", namespace, "--replicas=2")
         ready = wait_for(
             lambda: (lambda o: o if o["status"].get("readyReplicas") == 2 else None)(
@@ -219,7 +219,7 @@ def test_replicas_change_only_scales(cluster: LocalCluster, namespace: str, tmp_
     after = _deployment(cluster, namespace, "zeta")
     assert after["spec"]["replicas"] == 2
     assert after["spec"]["template"] == before["spec"]["template"]
-    assert jobs(cluster, namespace, "zeta-repo-") == repo_jobs
+    assert jobs(cluster, namespace, "tritonllm-repo-") == repo_jobs
     assert ready["status"]["ready"] == "2/2"
 
 

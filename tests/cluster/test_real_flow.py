@@ -312,7 +312,7 @@ def test_cpu_standin_example_serves_on_real_containers(
         cluster.kubectl("delete", "pod", "generate-client", "-n", ns, "--wait=true")
         wait_for(lambda: not _pods(cluster, ns, "server")
                  and not jobs(cluster, ns, "tritonllm-build-")
-                 and not jobs(cluster, ns, "cpu-standin-repo-"),
+                 and not jobs(cluster, ns, "tritonllm-repo-"),
                  timeout=180, what="first deployment's pods and Jobs collected")
         # engineRetention Retain (the default): the engine's files stay on the claim.
         assert (engine_dir / "artifact.json").is_file() and not jobs(

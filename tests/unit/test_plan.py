@@ -16,6 +16,7 @@ from tritonllm.handlers.execute import RECORDED_AS
 from tritonllm.plan.conditions import Cond, merge_conditions
 from tritonllm.plan.gc import optional_refs
 from tritonllm.plan.observed import job_has_pod, serving_failure
+from tritonllm.plan.ownership import controlled_by
 from tritonllm.plan.reconcile import (
     FINALIZER,
     MAX_BUILD_ATTEMPTS,
@@ -84,6 +85,7 @@ class World:
             build_stall=self.obs.get("build_stall"),
             repo_stall=self.obs.get("repo_stall"),
             repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
+            repo_job_shared_uid=self.obs.get("repo_job_shared_uid"),
             repo_pod_exists=job_has_pod(
                 get("Job", naming.repository_job_name(self.dep(), r.repository_key))),
             workload=workload,
@@ -117,8 +119,14 @@ class World:
             self.objects[(obj.kind, obj.name)] = body
             assert p.engine_status is not None
             p.engine_status[RECORDED_AS[obj.kind]] = uid
+        for obj in p.create_shared:  # POST: a name that exists is left as it is
+            self.objects.setdefault((obj.kind, obj.name), copy.deepcopy(obj.body))
         for ref in p.delete:
             self.objects.pop((ref.kind, ref.name), None)
+        for ref in p.delete_own:  # only what this deployment controls
+            live = self.objects.get((ref.kind, ref.name))
+            if live is not None and controlled_by(live, UID):
+                self.objects.pop((ref.kind, ref.name))
         if p.scale:
             workload, replicas = p.scale
             wl = self.objects[(workload.kind, self.body["metadata"]["name"])]
@@ -174,7 +182,8 @@ class World:
 
 
 def kinds(p: Decision) -> list[str]:
-    return [o["kind"] for o in p.apply]
+    """What the pass writes: applied, then created as the content key's shared objects."""
+    return [o["kind"] for o in (*p.apply, *p.create_shared)]
 
 
 def test_fresh_object_creates_store_engine_record_and_build() -> None:

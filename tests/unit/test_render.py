@@ -288,12 +288,24 @@ def test_build_job_writes_no_model_it_does_not_download(patch: dict, writable: s
     assert got == writable
 
 
-def test_repository_job_writes_only_its_deployments_repositories() -> None:
+def test_repository_job_writes_only_the_directory_of_its_content_key() -> None:
     a = render_all(dep(metadata={"name": "a", "namespace": "team-1"}))
     b = render_all(dep(metadata={"name": "b", "namespace": "team-2"}))
+    ka, kb = a.repository_key, b.repository_key
     wa, wb = _writable(a.repository_job, "repository"), _writable(b.repository_job, "repository")
-    assert wa == {"/store/repos/team-1/a"} and wb == {"/store/repos/team-2/b"}
-    assert a.launch_plan["modelRepository"].startswith("/store/repos/team-1/a/")
+    assert wa == {f"/store/repos/team-1/_shared/{ka}"}
+    assert wb == {f"/store/repos/team-2/_shared/{kb}"}
+    assert a.launch_plan["modelRepository"] == f"/store/repos/team-1/_shared/{ka}/repository"
+    # A second deployment of the namespace with the same repository shares the Job and the
+    # directory (the key is a content hash: the name is not in it); another serving setting
+    # is another key, directory and Job.
+    a2 = render_all(dep(metadata={"name": "a2", "namespace": "team-1"}))
+    assert (a2.repository_key, a2.repository_job.name) == (ka, a.repository_job.name)
+    assert a2.repository_configmap.name != a.repository_configmap.name  # its pods' own plan
+    changed = render_all(dep({"serving": {"maxQueueDelayMicroseconds": 100}},
+                             metadata={"name": "a2", "namespace": "team-1"}))
+    assert changed.repository_key != ka and changed.repository_job.name != a.repository_job.name
+    assert not wa & _writable(changed.repository_job, "repository")
     # Nothing one deployment's Jobs may write is another's: different engines, repositories.
     b_meta = {"name": "b", "namespace": "team-2"}
     other = render_all(dep({"engine": {"dtype": "bfloat16"}}, metadata=b_meta))

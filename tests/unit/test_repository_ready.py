@@ -54,7 +54,7 @@ def test_a_spec_change_still_writes_a_new_revision() -> None:
     p = w.step()
     assert w.render.repository_key != old_key
     new_job = w.render.repository_job["metadata"]["name"]
-    assert ("Job", new_job) in [(o["kind"], o["metadata"]["name"]) for o in p.apply]
+    assert ("Job", new_job) in [(o["kind"], o["metadata"]["name"]) for o in p.create_shared]
     assert w.cond(c.COND_REPOSITORY_READY)["status"] == "False"
     assert w.body["status"]["repository"]["key"] == old_key  # the last one written
     w.finish_job(new_job, uid="repo-2")

@@ -75,7 +75,8 @@ def test_every_writable_store_mount_is_a_directory_of_the_deployments_own_keys(
     r = render_all(d)
     key = r.engine_key
     spec = d.spec
-    own = {f"/store/engines/{key}", f"/store/checkpoints/{key}", "/store/repos/t1/a"}
+    repo_dir = f"/store/repos/t1/_shared/{r.repository_key}"
+    own = {f"/store/engines/{key}", f"/store/checkpoints/{key}", repo_dir}
     for src, rev, where in ((spec.model.source, spec.model.revision, naming.weights_dir(d)),
                             (spec.model.tokenizer.source, "main", naming.tokenizer_dir(d))):
         if src and src.startswith("hf://"):
@@ -84,7 +85,7 @@ def test_every_writable_store_mount_is_a_directory_of_the_deployments_own_keys(
             own.add(where)
     build, repo = writable(r.build_job, "build"), writable(r.repository_job, "repository")
     assert build and build <= own, build - own
-    assert repo == {"/store/repos/t1/a"}
+    assert repo == {repo_dir}  # its content key's directory only
     assert read_only_root(r.build_job, "build") and read_only_root(r.repository_job, "repository")
     assert writable(r.workload, "triton") == set()  # serving pods only read
     # A user-chosen pvc:// directory is never among them.

@@ -33,6 +33,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.k8s.names import TakenNames
+from tritonllm.plan import shared_controller
 
 Obj = dict[str, Any]
 Project = Callable[[Mapping[str, Any]], Any]
@@ -213,6 +214,16 @@ def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
     return {(meta.get("namespace"), labels.get(c.LABEL_INSTANCE)): labels[c.LABEL_REPO_KEY]}
 
 
+def _repository_user(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    """A deployment whose plan ConfigMap is of this repository key waits for (or served from)
+    the key's shared repository Job: its events wake them all."""
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) != c.COMPONENT_REPOSITORY or not labels.get(c.LABEL_REPO_KEY):
+        return {}
+    return {(meta.get("namespace"), labels[c.LABEL_REPO_KEY]): labels.get(c.LABEL_INSTANCE)}
+
+
 def _gpu_node(obj: Mapping[str, Any]) -> dict[Any, Any]:
     """Nodes by GPU product: (name, allocatable GPUs, schedulable)."""
     product = (obj["metadata"].get("labels") or {}).get(c.GPU_PRODUCT_LABEL)
@@ -280,6 +291,8 @@ USERS_OF_ENGINE = IndexSpec("tritonllm_users_of_engine", c.KIND, (c.GROUP, c.VER
                             _users_of_engine)
 REVISIONS = IndexSpec("tritonllm_revisions", "ConfigMap", ("", "v1", "configmaps"),
                       _repository_revision, managed=True)
+REPOSITORY_USERS = IndexSpec("tritonllm_repository_users", "ConfigMap", ("", "v1", "configmaps"),
+                             _repository_user, managed=True)
 GPU_NODES = IndexSpec("tritonllm_gpu_nodes", "Node", ("", "v1", "nodes"), _gpu_node)
 SERVED_APIS = IndexSpec("tritonllm_served_apis", "CustomResourceDefinition",
                         ("apiextensions.k8s.io", "v1", "customresourcedefinitions"), _served_api)
@@ -287,7 +300,7 @@ SERVED_APIS = IndexSpec("tritonllm_served_apis", "CustomResourceDefinition",
 
 def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
     """Every index the reconciler reads (nodes only when NoMatchingNodes is checked)."""
-    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS, SERVED_APIS]
+    specs = [*BY_NAME.values(), USERS_OF_ENGINE, REVISIONS, REPOSITORY_USERS, SERVED_APIS]
     return [*specs, GPU_NODES] if gpu_nodes else specs
 
 
@@ -405,6 +418,20 @@ class Cache:
 
     def repository_revisions(self, namespace: str, name: str) -> list[str]:
         return sorted(set(self._values(REVISIONS, (namespace, name))))
+
+    def deployment_controls(self, namespace: str, live: Mapping[str, Any] | None) -> str | None:
+        """The uid of the TritonLLMDeployment of the namespace that controls `live` (an object
+        of a content key shared by its deployments), when the watch shows that deployment with
+        that uid (tritonllm.plan.ownership.shared_controller)."""
+        controller = shared_controller(live)
+        if controller is None:
+            return None
+        found = self._values(BY_NAME[c.KIND], (namespace, controller[0]))
+        return controller[1] if found and found[0]["metadata"].get("uid") == controller[1] else None
+
+    def repository_users(self, namespace: str, repo_key: str) -> list[str]:
+        """Names of the deployments with a plan ConfigMap of this repository key."""
+        return sorted({n for n in self._values(REPOSITORY_USERS, (namespace, repo_key)) if n})
 
     def gpu_nodes(self, product: str) -> int:
         return len(self._values(GPU_NODES, product))

@@ -19,7 +19,7 @@ from tritonllm.api import reasons as r
 from tritonllm.api.deployment import InvalidDeployment, TritonLLMDeployment
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.k8s.client import Kube, KubeError
-from tritonllm.plan import Decision, conflict_message, is_ours
+from tritonllm.plan import Decision, conflict_message, controlled_by, is_ours
 from tritonllm.render import Manifest, naming
 from tritonllm.render.events import event
 from tritonllm.render.mpi import mpi_secret, ssh_key_pairs
@@ -125,20 +125,10 @@ async def execute(
     uid = dep.metadata.uid or "" if dep is not None else ""
     await _apply(kube, cache, p, ns, uid, logger)
     await _create(kube, cache, p, ns, engine_key, logger)
+    await _create_shared(kube, cache, p, ns, uid, logger)
     if p.add_owner and dep is not None:
         await _add_owner(kube, p, dep, logger)
-    for ref in p.delete:
-        live = cache.get(ref.kind, ns, ref.name)
-        if live is None:
-            continue  # nothing of ours by that name (deleting by name could hit another's)
-        if not is_ours(live, uid, recorded=p.recorded):
-            raise NameConflict(conflict_message(ref.kind, ref.name, live))
-        try:
-            owner_uid = live["metadata"].get("uid")
-            if await kube.delete(ref.api_version, ref.kind, ns, ref.name, uid=owner_uid):
-                logger.info("deleted %s/%s", ref.kind, ref.name)
-        except KubeError as exc:
-            raise WriteRefused("delete", ref.kind, ref.name, exc) from exc
+    await _delete(kube, cache, p, ns, uid, logger)
     if p.scale and dep is not None:
         workload, replicas = p.scale
         try:
@@ -158,6 +148,26 @@ async def execute(
     for type_, reason, message in p.events:
         await kube.post_event(event(body, type_=type_, reason=reason, message=message, now=now))
         logger.info("event %s %s: %s", type_, reason, message)
+
+
+async def _delete(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger) -> None:
+    """What no longer belongs: ours only (a name someone else uses is a conflict), and the
+    shared objects this deployment controls (`delete_own`)."""
+    own = [(ref, True) for ref in p.delete] + [(ref, False) for ref in p.delete_own]
+    for ref, must_be_ours in own:
+        live = cache.get(ref.kind, ns, ref.name)
+        if live is None:
+            continue  # nothing of ours by that name (deleting by name could hit another's)
+        if not must_be_ours and not controlled_by(live, uid):
+            continue  # another deployment's shared object: left to it
+        if not is_ours(live, uid, recorded=p.recorded):
+            raise NameConflict(conflict_message(ref.kind, ref.name, live))
+        try:
+            if await kube.delete(ref.api_version, ref.kind, ns, ref.name,
+                                 uid=live["metadata"].get("uid")):
+                logger.info("deleted %s/%s", ref.kind, ref.name)
+        except KubeError as exc:
+            raise WriteRefused("delete", ref.kind, ref.name, exc) from exc
 
 
 async def _apply(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger) -> None:
@@ -237,6 +247,35 @@ async def _create(
             record = status_object(c.ENGINE_KIND, ns, engine_key, p.engine_status)
             cache.remember(await kube.apply_status(record))
             p.engine_status = None  # written
+
+
+async def _create_shared(
+    kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger
+) -> None:
+    """Create the objects of a content key shared in the namespace (the repository Job). One
+    that exists already (another deployment created it since the watch last showed it) is
+    used if it is ours or another deployment's of the namespace; anything else is in the
+    way."""
+    for obj in p.create_shared:
+        try:
+            created = await kube.create(obj)
+        except KubeError as exc:
+            raise WriteRefused("create", obj.kind, obj.name, exc) from exc
+        if created is not None:
+            cache.remember(created)
+            logger.info("created %s/%s", obj.kind, obj.name)
+            continue
+        live = cache.get(obj.kind, ns, obj.name)
+        if live is None:
+            try:
+                live = await kube.get(obj.api_version, obj.kind, ns, obj.name)
+            except KubeError as exc:
+                raise WriteRefused("get", obj.kind, obj.name, exc) from exc
+        if live is None or is_ours(live, uid) or cache.deployment_controls(ns, live):
+            logger.info("%s/%s exists: created by another deployment of the namespace",
+                        obj.kind, obj.name)
+            continue
+        raise NameConflict(conflict_message(obj.kind, obj.name, live))
 
 
 async def _add_owner(kube: Kube, p: Decision, dep: TritonLLMDeployment, logger: Logger) -> None:

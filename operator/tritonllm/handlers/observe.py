@@ -132,6 +132,7 @@ async def observe(
         build_pods=await _failed_pods(kube, ns, build_job, or_reported=_building(engine)),
         build_stall=await pods.job_stall(kube, ns, r.build_job.name, build_job),
         repo_job=repo_job,
+        repo_job_shared_uid=_shared_by_sibling(cache, dep, repo_job),
         repo_pods=await _failed_pods(kube, ns, repo_job),
         repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
         repo_pod_exists=job_has_pod(repo_job) or pods.job_pod_seen(ns, r.repository_job.name),
@@ -165,6 +166,15 @@ def _live(
         if found is not None:
             live[ref] = found
     return live
+
+
+def _shared_by_sibling(cache: Cache, dep: TritonLLMDeployment, job: Obj | None) -> str | None:
+    """The uid of the content key's repository Job when another deployment of the namespace
+    created it (its controller is a TritonLLMDeployment the watch shows with that uid)."""
+    controller = cache.deployment_controls(dep.namespace, job)
+    if job is None or controller is None or controller == (dep.metadata.uid or ""):
+        return None
+    return str(job["metadata"].get("uid") or "") or None
 
 
 def _building(engine: Obj | None) -> bool:

@@ -229,13 +229,16 @@ def _owner_instances(body: dict[str, Any]) -> list[str]:
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
 async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_: Any) -> None:
-    """A build Job is shared by every deployment with its engine key; a repository Job has one."""
+    """A build Job is shared by every deployment with its engine key, a repository Job by every
+    deployment of its namespace that renders its repository key."""
     if not reconciler().cache.changed("Job", body, deleted=event.get("type") == "DELETED"):
         return  # nothing the planner reads changed (e.g. only the count of active pods)
     labels = body["metadata"].get("labels") or {}
     names = set(_owner_instances(body))
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
         names |= set(reconciler().cache.deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
+    if labels.get(c.LABEL_REPO_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_REPOSITORY:
+        names |= set(reconciler().cache.repository_users(namespace, labels[c.LABEL_REPO_KEY]))
     for n in names:
         reconciler().request(namespace, n)
 

@@ -119,8 +119,15 @@ class Reconciler:
         """A serving pod changed: a container that exited with an error is reported in its
         deployment's conditions (ServingPodFailed)."""
         name = self._pods.pod_changed(pod)
-        if name:
-            self.request(pod["metadata"].get("namespace", ""), name)
+        if not name:
+            return
+        ns, labels = pod["metadata"].get("namespace", ""), pod["metadata"].get("labels") or {}
+        self.request(ns, name)
+        if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_REPOSITORY and labels.get(c.LABEL_REPO_KEY):
+            # the content key's shared Job: every deployment waiting for it may start its pods
+            for user in self.cache.repository_users(ns, labels[c.LABEL_REPO_KEY]):
+                if user != name:
+                    self.request(ns, user)
 
     def pod_gone(self, pod: dict[str, Any]) -> None:
         """A serving pod was deleted (what the scheduler said of it no longer holds)."""

@@ -23,7 +23,7 @@ from .observed import (
     serving_failure,
     unschedulable_message,
 )
-from .ownership import conflict_message, is_ours
+from .ownership import conflict_message, controlled_by, is_ours, shared_controller
 from .phases import PodTimes
 from .reconcile import plan, plan_failed, plan_invalid
 from .stalls import Stall, job_stall
@@ -42,6 +42,7 @@ __all__ = [
     "Stall",
     "WorkloadObs",
     "conflict_message",
+    "controlled_by",
     "engine_to_forget",
     "is_cache_hit",
     "is_ours",
@@ -57,5 +58,6 @@ __all__ = [
     "plan_invalid",
     "record_status",
     "serving_failure",
+    "shared_controller",
     "unschedulable_message",
 ]

@@ -48,4 +48,7 @@ def collect_garbage(
     for rev in obs.repo_revisions:
         if rev not in keep:
             p.delete.append(ObjectRef("v1", "ConfigMap", ns, naming.plan_configmap_name(dep, rev)))
-            p.delete.append(ObjectRef("batch/v1", "Job", ns, naming.repository_job_name(dep, rev)))
+            # The content key's Job: deleted by the deployment that created it (another
+            # deployment still waiting for it creates it again), left alone by the others.
+            job = ObjectRef("batch/v1", "Job", ns, naming.repository_job_name(dep, rev))
+            p.delete_own.append(job)

@@ -64,7 +64,11 @@ class Observed:
     build_pods: Sequence[Obj] = ()
     # Why the build Job's pod does not start (read only while the Job has no running pod).
     build_stall: Stall | None = None
+    # The repository Job of the target content key, shared by the namespace's deployments.
     repo_job: Obj | None = None
+    # Its uid when another deployment of the namespace created it (its controller is a
+    # TritonLLMDeployment the watch shows with that uid): trusted like one of ours.
+    repo_job_shared_uid: str | None = None
     repo_pods: Sequence[Obj] = ()
     repo_stall: Stall | None = None
     # The repository Job's pod exists (the watch of pods saw it, or the Job counts it active).

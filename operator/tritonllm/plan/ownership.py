@@ -16,6 +16,11 @@ label and
   planted under the computable name, with the right labels and a `Complete` status, is therefore
   never read as a finished build.
 
+- the repository Job of a content key, shared by the namespace's deployments that render the same
+  repository: controlled by the deployment that created it, and trusted by the others when the
+  watch shows that deployment, with that uid, in the namespace (`shared_controller`); only its
+  controller deletes it.
+
 Anything else with a name the deployment needs (a Service that was there first, the cluster's own
 `kubernetes` Service, a planted Job or Secret) is a name conflict: nothing is applied to it,
 nothing deletes it, nothing reads its result, and the deployment says which object is in the way
@@ -57,6 +62,21 @@ def is_ours(live: Mapping[str, Any], uid: str, *, recorded: Collection[str] = ()
     if meta.get("uid") and meta.get("uid") in recorded:
         return True
     return controlled_by(live, uid)
+
+
+def shared_controller(live: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(name, uid) of the TritonLLMDeployment that controls an object of a content key shared
+    in its namespace (the repository Job), when the object carries our label. The caller
+    trusts it only if the watch shows a deployment of that name with that uid: the object was
+    then created for a deployment of the namespace (the same proof as a per-deployment
+    object's controller reference)."""
+    meta = (live or {}).get("metadata") or {}
+    if (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY) != c.APP_NAME:
+        return None
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("kind") == c.KIND and ref.get("uid"):
+            return str(ref.get("name", "")), str(ref["uid"])
+    return None
 
 
 def recorded_uids(engine: Mapping[str, Any] | None) -> frozenset[str]:

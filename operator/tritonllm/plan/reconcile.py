@@ -79,6 +79,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     p = Decision()
     uid = body["metadata"].get("uid", "")
     p.recorded, copy_uids = trusted_build_uids(body, obs)
+    if obs.repo_job_shared_uid:  # the content key's repository Job, another deployment's
+        p.recorded |= {obs.repo_job_shared_uid}
     # 0. multi node: the MPI key Secret, on the first pass (its name is computable: taken later
     # by someone else, it would be refused, but the deployment could not start)
     p.create_mpi_secret = obs.mpi_secret_present is False

@@ -2,7 +2,10 @@
 
 Both are named by the repository key (a content hash of the rendered files and the launch plan),
 so a serving change is a new revision next to the current one; the Job runs only once the engine
-is ready and nothing is blocked.
+is ready and nothing is blocked. The ConfigMap is the deployment's own (its serving pods mount
+its launch plan); the Job and the directory it writes are the content key's, shared by every
+deployment of the namespace that renders the same repository: the first to need it creates it,
+the others wait for it (so N identical deployments run one Job, not N).
 
 The Job is collected a day after it finishes (ttlSecondsAfterFinished); the files stay on the
 store. The revision its completion wrote is recorded in status.repository, and a missing Job
@@ -74,7 +77,9 @@ def repository_step(
     if engine_ready and not blocked:
         want(p, obs, rendered.repository_configmap)
         if job.phase == "Missing":
-            p.apply.append(rendered.repository_job.stamped())
+            # Named by the content key: another deployment of the namespace that renders the
+            # same repository may create it first (then this one reads it).
+            p.create_shared.append(rendered.repository_job.stamped())
     stall = obs.repo_stall if job.phase == "Active" else None
     ctx = Context(dep.namespace, dep.spec.storage.claimName, None, spec_resources=False)
     return RepositoryStep(

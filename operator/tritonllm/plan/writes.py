@@ -28,10 +28,20 @@ class Decision:
     # the executor records each one's uid in the engine record's status (buildJobUid,
     # buildPlanUid), the only proof later passes accept that the operator created it.
     create: list[Manifest] = dataclasses.field(default_factory=list)
+    # Objects of a content key shared by the namespace's deployments (the repository Job),
+    # created when missing (POST, never applied: the first deployment to create one is its
+    # controller, the others read it). One found there already must be ours or another
+    # deployment's of this namespace (tritonllm.plan.ownership.shared_trusted).
+    create_shared: list[Manifest] = dataclasses.field(default_factory=list)
+    # Objects deleted only if this deployment is their controller (an old revision's shared
+    # repository Job: another deployment's is left to it).
+    delete_own: list[ObjectRef] = dataclasses.field(default_factory=list)
     # Shared objects that get this deployment's owner reference added (not the controller's), so
     # that they live as long as any deployment using them.
     add_owner: list[ObjectRef] = dataclasses.field(default_factory=list)
-    # Uids of the shared objects the engine record says the operator created (deletable).
+    # Uids of the shared objects the operator created, as the engine record says (the build
+    # objects: deletable), or as the watches show (the repository Job of the target key that
+    # another deployment of the namespace created: read, never deleted, see delete_own).
     recorded: frozenset[str] = frozenset()
     delete: list[ObjectRef] = dataclasses.field(default_factory=list)
     scale: tuple[ObjectRef, int] | None = None  # (the workload, its replicas)

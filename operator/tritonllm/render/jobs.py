@@ -10,15 +10,16 @@ it goes and its storage.engineRetention is Delete. It has no owner (its deployme
 deleted) and goes by itself after it finishes.
 
 The model-repository Job copies the rendered repository from its ConfigMap to
-/store/repos/<ns>/<name>/<repository key>/ and checks it against the engine (tp x pp against the
-world size, TensorRT-LLM version) before any serving pod starts.
+/store/repos/<ns>/_shared/<repository key>/repository/ and checks it against the engine (tp x pp
+against the world size, TensorRT-LLM version) before any serving pod loads it. The repository key
+is a content hash, so the deployments of a namespace that render the same repository share the
+directory and one Job (named by the key, controlled by the deployment that created it).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -218,9 +219,9 @@ def plan_configmap(
 
 
 def _repository_mounts(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
-    """The store read-only but this deployment's repositories (each revision is a directory
-    in it), and the plan."""
-    own = os.path.dirname(naming.repository_dir(dep, repo_key))
+    """The store read-only but the directory of this repository's content key (the copy is
+    made beside the repository there and renamed into place), and the plan."""
+    own = naming.repository_key_dir(dep, repo_key)
     return [
         *store_mounts(dep, read_only=True, writable=[own]),
         {"name": PLAN_VOLUME, "mountPath": c.PLAN_MOUNT, "readOnly": True},

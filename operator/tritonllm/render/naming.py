@@ -113,7 +113,11 @@ def build_job_name(key: str, runtime: str = "engine") -> str:
 
 
 def repository_job_name(dep: TritonLLMDeployment, repo_key: str) -> str:
-    return f"{dep.name}-repo-{repo_key}"
+    """The repository Job of a content key: one per namespace, shared by every deployment that
+    renders this repository (the key covers the engine key, and so the claim). Its controller
+    is the deployment that created it; the others read it (tritonllm.plan.repository)."""
+    del dep  # one Job per content, whoever needs it
+    return f"tritonllm-repo-{repo_key}"
 
 
 def plan_configmap_name(dep: TritonLLMDeployment, repo_key: str) -> str:
@@ -243,8 +247,22 @@ def tokenizer_dir(dep: TritonLLMDeployment) -> str:
     return source_dir(dep, tok, "main", field="spec.model.tokenizer.source")
 
 
+# The directory of the namespace's repositories by content key. "_" is not a character of a
+# Kubernetes name, so no directory of the earlier layout (repos/<ns>/<deployment>/<key>, one
+# per deployment) can be it.
+SHARED_REPOSITORIES = "_shared"
+
+
 def repository_dir(dep: TritonLLMDeployment, repo_key: str) -> str:
-    return f"{c.STORE_MOUNT}/repos/{dep.namespace}/{dep.name}/{repo_key}"
+    """Where a repository revision is served from: one directory per content key and
+    namespace, whichever deployment's Job wrote it. The Job may write only its key's directory
+    (`repository_key_dir`), where it builds the copy beside this one and renames it into
+    place."""
+    return f"{repository_key_dir(dep, repo_key)}/repository"
+
+
+def repository_key_dir(dep: TritonLLMDeployment, repo_key: str) -> str:
+    return f"{c.STORE_MOUNT}/repos/{dep.namespace}/{SHARED_REPOSITORIES}/{repo_key}"
 
 
 def _claim_of(source: str | None) -> str | None:

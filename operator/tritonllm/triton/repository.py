@@ -1,12 +1,12 @@
 """The Triton model repository for a TritonLLMDeployment, as files.
 
-``render_repository`` turns a parsed deployment into ``{relative path: content}``; the build Job
-writes the files under ``/repos/<ns>/<name>/<repository key>/`` and tritonserver serves that
-directory. Every config.pbtxt is built as data and printed by :mod:`tritonllm.triton.pbtxt`, with
-the tensor contracts of :mod:`tritonllm.triton.contracts` and the version features of
-:mod:`tritonllm.triton.features`; no template file and no ``${…}`` placeholder is involved. The
-Python models (preprocessing, postprocessing, tensorrt_llm_bls, llmapi) are our own, shipped as
-package data in ``tritonllm/triton/models/`` and copied verbatim.
+``render_repository`` turns a parsed deployment into ``{relative path: content}``; the repository
+Job writes the files under ``/repos/<ns>/_shared/<repository key>/repository/`` and tritonserver
+serves that directory. Every config.pbtxt is built as data and printed by
+:mod:`tritonllm.triton.pbtxt`, with the tensor contracts of :mod:`tritonllm.triton.contracts`
+and the version features of :mod:`tritonllm.triton.features`; no template file and no ``${…}``
+placeholder is involved. The Python models (preprocessing, postprocessing, tensorrt_llm_bls,
+llmapi) are our own, shipped as package data in ``tritonllm/triton/models/`` and copied verbatim.
 
 Runtime ``engine``: preprocessing, tensorrt_llm (C++ backend ``tensorrtllm``), postprocessing,
 ensemble and, with ``serving.bls``, tensorrt_llm_bls. Runtime ``llmapi``: one Python model,

@@ -1,0 +1,103 @@
+"""One repository Job per content key and namespace: the deployments of a namespace that render
+the same model repository share its Job and directory (the first to need it creates it, the
+others wait for it), without trusting a Job someone else planted under that name. The planner on
+its pure World, the executor on the in-memory API server (FAKE); the operator on the local
+control plane with many identical deployments: tests/cluster/test_operator.py."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+import pytest
+
+from tests.cases import cr
+from tests.fake_kube import FakeKube
+from tests.unit.test_plan import World
+from tritonllm.api import constants as c
+from tritonllm.api.deployment import parse_deployment
+from tritonllm.handlers.execute import NameConflict, execute
+from tritonllm.plan.writes import Decision
+from tritonllm.render import ObjectRef, render_all
+
+LOG = logging.LoggerAdapter(logging.getLogger("test"), {})
+
+
+def deployment(name: str, uid: str) -> tuple[dict[str, Any], Any]:
+    body = cr(metadata={"name": name, "namespace": "default", "uid": uid, "generation": 1})
+    return body, parse_deployment(body)
+
+
+def test_identical_deployments_render_one_job_and_one_directory() -> None:
+    a, b = (render_all(deployment(n, f"uid-{n}")[1]) for n in ("a", "b"))
+    assert a.repository_job.name == b.repository_job.name == f"tritonllm-repo-{a.repository_key}"
+    assert a.repository_dir == b.repository_dir
+    assert a.launch_plan["modelRepository"] == b.launch_plan["modelRepository"]
+    # each keeps its own plan ConfigMap (its serving pods mount its launch plan)
+    assert a.repository_configmap.name != b.repository_configmap.name
+
+
+def test_the_job_another_deployment_created_is_waited_for_not_created_again() -> None:
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    sibling = render_all(parse_deployment(cr(metadata={"name": "sibling", "uid": "uid-sib"})))
+    job = copy.deepcopy(sibling.repository_job.body)
+    job["metadata"]["uid"] = "uid-shared-job"
+    w.objects[("Job", job["metadata"]["name"])] = job
+    # the watch shows the sibling deployment: observe vouches for its Job
+    w.obs["repo_job_shared_uid"] = "uid-shared-job"
+    p = w.step()
+    assert p.create_shared == [] and "NameConflict" not in str(w.body["status"])
+    assert w.cond(c.COND_REPOSITORY_READY)["reason"] == "Writing"
+    assert sibling.repository_job.name in w.cond(c.COND_REPOSITORY_READY)["message"]
+    w.finish_job(job["metadata"]["name"], uid="uid-shared-job")
+    w.step()
+    assert w.cond(c.COND_REPOSITORY_READY)["status"] == "True"
+    assert w.body["status"]["repository"]["key"] == w.render.repository_key
+
+
+def test_a_job_under_the_name_that_no_deployment_of_the_namespace_created_is_a_conflict() -> None:
+    w = World()
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    planted = render_all(parse_deployment(cr(metadata={"name": "gone", "uid": "uid-gone"})))
+    w.objects[("Job", planted.repository_job.name)] = copy.deepcopy(planted.repository_job.body)
+    w.step()  # observe finds no deployment "gone" with that uid: nothing vouches for it
+    degraded = w.cond(c.COND_DEGRADED)
+    assert degraded["reason"] == "NameConflict"
+    assert f"Job/{planted.repository_job.name}" in degraded["message"]
+
+
+@pytest.mark.parametrize("sibling_known", [True, False])
+def test_a_job_created_meanwhile_is_used_if_a_sibling_created_it(sibling_known: bool) -> None:
+    body, dep = deployment("demo", "uid-demo")
+    other_body, other = deployment("other", "uid-other")
+    theirs = render_all(other).repository_job.body
+    objects = [body, theirs] + ([other_body] if sibling_known else [])
+    kube = FakeKube(objects)
+    ours = render_all(dep).repository_job.stamped()
+    decision = Decision(create_shared=[ours])
+    if sibling_known:
+        asyncio.run(execute(kube, kube.cache(), body, dep, decision, LOG))
+    else:  # its controller is no deployment of the namespace: someone planted it
+        with pytest.raises(NameConflict, match=f"Job/{ours.name}"):
+            asyncio.run(execute(kube, kube.cache(), body, dep, decision, LOG))
+    assert [w.verb for w in kube.writes()] == ["create"]  # the refused POST, nothing else
+    job = kube.objects[("Job", "default", ours.name)]
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-other"
+
+
+def test_only_the_deployment_that_created_a_shared_job_deletes_it() -> None:
+    body, dep = deployment("demo", "uid-demo")
+    other_body, other = deployment("other", "uid-other")
+    theirs = render_all(other).repository_job.body
+    kube = FakeKube([body, other_body, theirs])
+    ref = ObjectRef("batch/v1", "Job", "default", theirs["metadata"]["name"])
+    asyncio.run(execute(kube, kube.cache(), body, dep, Decision(delete_own=[ref]), LOG))
+    assert kube.writes() == [] and ("Job", "default", ref.name) in kube.objects
+    asyncio.run(execute(kube, kube.cache(), other_body, other, Decision(delete_own=[ref]), LOG))
+    assert [w.verb for w in kube.writes()] == ["delete"]
+    assert ("Job", "default", ref.name) not in kube.objects
