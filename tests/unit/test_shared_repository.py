@@ -101,3 +101,28 @@ def test_only_the_deployment_that_created_a_shared_job_deletes_it() -> None:
     asyncio.run(execute(kube, kube.cache(), other_body, other, Decision(delete_own=[ref]), LOG))
     assert [w.verb for w in kube.writes()] == ["delete"]
     assert ("Job", "default", ref.name) not in kube.objects
+
+
+def test_passes_needing_the_same_job_at_once_send_one_request() -> None:
+    """N identical deployments applied at once: their first passes all find the Job missing;
+    one POSTs it, the others wait for that request and send none."""
+    bodies = [deployment(f"d{i}", f"uid-d{i}") for i in range(5)]
+    kube = FakeKube([b for b, _ in bodies])
+    cache = kube.cache()
+    create = kube.create
+
+    async def over_the_network(obj: Any) -> Any:
+        await asyncio.sleep(0.01)  # the API server's answer takes a while
+        return await create(obj)
+
+    kube.create = over_the_network  # type: ignore[method-assign]
+
+    async def all_at_once() -> None:
+        await asyncio.gather(*(
+            execute(kube, cache, body, dep,
+                    Decision(create_shared=[render_all(dep).repository_job.stamped()]), LOG)
+            for body, dep in bodies))
+
+    asyncio.run(all_at_once())
+    assert [(w.verb, w.kind) for w in kube.writes()] == [("create", "Job")]
+    assert not cache.creating

@@ -24,6 +24,7 @@ seconds at most, and reads prefer the newer of the two.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import time
@@ -335,6 +336,10 @@ class Cache:
         self._seen: dict[tuple[str, str | None, str], int] = {}
         # resourceVersion of our last status write per deployment (to recognise its echo).
         self._statuses: dict[tuple[str | None, str], str] = {}
+        # Shared objects (a content key's repository Job) this replica is creating now: the
+        # passes of other deployments that need the same one wait for that POST instead of
+        # sending their own (tritonllm.handlers.execute).
+        self.creating: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
 
     def _values(self, spec: IndexSpec, key: Any) -> list[Any]:
         index = self._indices.get(spec.id)

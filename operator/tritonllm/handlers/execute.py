@@ -9,6 +9,7 @@ the watches deliver it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -252,30 +253,51 @@ async def _create(
 async def _create_shared(
     kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger
 ) -> None:
-    """Create the objects of a content key shared in the namespace (the repository Job). One
-    that exists already (another deployment created it since the watch last showed it) is
-    used if it is ours or another deployment's of the namespace; anything else is in the
-    way."""
+    """Create the objects of a content key shared in the namespace (the repository Job). While
+    one pass of this replica creates one, the others that need it wait for that request rather
+    than send their own (N identical deployments applied at once: one POST). One that exists
+    already (another replica or an earlier pass created it) is used if it is ours or another
+    deployment's of the namespace; anything else is in the way."""
     for obj in p.create_shared:
+        key = (obj.kind, ns, obj.name)
+        pending = cache.creating.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+            continue
+        done = asyncio.get_running_loop().create_future()
+        cache.creating[key] = done
         try:
-            created = await kube.create(obj)
+            await _create_one_shared(kube, cache, obj, ns, uid, logger)
+        finally:
+            cache.creating.pop(key, None)
+            done.set_result(None)
+
+
+async def _create_one_shared(
+    kube: Kube, cache: Cache, obj: Manifest, ns: str, uid: str, logger: Logger
+) -> None:
+    try:
+        created = await kube.create(obj)
+    except KubeError as exc:
+        raise WriteRefused("create", obj.kind, obj.name, exc) from exc
+    if created is not None:
+        cache.remember(created)
+        logger.info("created %s/%s", obj.kind, obj.name)
+        return
+    live = cache.get(obj.kind, ns, obj.name)
+    known = live is not None
+    if not known and cache.names is not None:
+        known, live = cache.names.lookup(obj.kind, ns, obj.name)
+    if not known:
+        try:
+            live = await kube.get(obj.api_version, obj.kind, ns, obj.name)
         except KubeError as exc:
-            raise WriteRefused("create", obj.kind, obj.name, exc) from exc
-        if created is not None:
-            cache.remember(created)
-            logger.info("created %s/%s", obj.kind, obj.name)
-            continue
-        live = cache.get(obj.kind, ns, obj.name)
-        if live is None:
-            try:
-                live = await kube.get(obj.api_version, obj.kind, ns, obj.name)
-            except KubeError as exc:
-                raise WriteRefused("get", obj.kind, obj.name, exc) from exc
-        if live is None or is_ours(live, uid) or cache.deployment_controls(ns, live):
-            logger.info("%s/%s exists: created by another deployment of the namespace",
-                        obj.kind, obj.name)
-            continue
-        raise NameConflict(conflict_message(obj.kind, obj.name, live))
+            raise WriteRefused("get", obj.kind, obj.name, exc) from exc
+    if live is None or is_ours(live, uid) or cache.deployment_controls(ns, live):
+        logger.info("%s/%s exists: created by another deployment of the namespace",
+                    obj.kind, obj.name)
+        return
+    raise NameConflict(conflict_message(obj.kind, obj.name, live))
 
 
 async def _add_owner(kube: Kube, p: Decision, dep: TritonLLMDeployment, logger: Logger) -> None:
