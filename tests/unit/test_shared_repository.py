@@ -126,3 +126,16 @@ def test_passes_needing_the_same_job_at_once_send_one_request() -> None:
     asyncio.run(all_at_once())
     assert [(w.verb, w.kind) for w in kube.writes()] == [("create", "Job")]
     assert not cache.creating
+
+
+def test_a_new_layout_of_the_store_is_a_new_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan ConfigMap of a key is immutable and names the directory: moving the directory
+    must change the key (an upgrade rolls to a new revision instead of a refused apply)."""
+    from tritonllm.render import naming
+
+    dep = deployment("demo", "uid-demo")[1]
+    now = render_all(dep)
+    monkeypatch.setattr(naming, "REPOSITORY_LAYOUT", "1")
+    before = render_all(dep)
+    assert before.repository_key != now.repository_key
+    assert before.repository_configmap.name != now.repository_configmap.name

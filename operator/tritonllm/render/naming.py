@@ -99,9 +99,16 @@ def download_key(dep: TritonLLMDeployment, source: str, revision: str) -> str:
     })
 
 
+# Where a key's repository lives is part of what the key addresses: the plans name the directory,
+# and the plan ConfigMap of a key is immutable, so a new layout must be a new key (2: one
+# directory per content key and namespace, `_shared`; 1, unnamed: one per deployment).
+REPOSITORY_LAYOUT = "2"
+
+
 def repository_key(files: dict[str, str]) -> str:
-    """Content address of a rendered model repository (plus its launch plan)."""
-    return stable_hash(sorted(files.items()), length=10)
+    """Content address of a rendered model repository (plus its launch plan) in the store's
+    layout of repositories."""
+    return stable_hash([REPOSITORY_LAYOUT, *sorted(files.items())], length=10)
 
 
 # --- names --------------------------------------------------------------------------------
