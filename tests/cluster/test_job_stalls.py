@@ -21,7 +21,7 @@ from tests.cluster.operator_harness import (
     wait_condition,
     wait_ready,
 )
-from tests.cluster.test_operator import small
+from tests.cluster.test_operator import SMALL, small
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
 
@@ -115,9 +115,10 @@ def test_build_pod_refused_by_a_quota_or_limit_range_is_degraded(
 def test_repository_pod_refused_by_a_quota_is_degraded(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
-    """A second deployment reuses the first one's engine (a cache hit: no build), and a quota
-    that the first one's pods have filled refuses its repository Job's pod: the deployment is
-    Degraded, naming the repository Job and the quota."""
+    """A second deployment reuses the first one's engine (a cache hit: no build) with another
+    serving setting (another repository: an identical one would share the first one's finished
+    Job), and a quota that the first one's pods have filled refuses its repository Job's pod:
+    the deployment is Degraded, naming the repository Job and the quota."""
     prepare_namespace(cluster, namespace)
     with run_operator(cluster, namespace, tmp_path):
         cluster.apply([small("first", namespace)])
@@ -130,7 +131,9 @@ def test_repository_pod_refused_by_a_quota_is_degraded(
         wait_for(lambda: (cluster.kubectl_json("get", "resourcequota", "full", "-n", namespace)
                           .get("status") or {}).get("used"), timeout=30, what="quota status")
         start = time.monotonic()
-        cluster.apply([small("second", namespace)])
+        cluster.apply([small("second", namespace,
+                             serving={**SMALL["spec"].get("serving", {}),
+                                      "maxQueueDelayMicroseconds": 100})])
         obj = wait_condition(cluster, namespace, "second", "Degraded", "True",
                              reason="QuotaExceeded", timeout=90)
         print(f"\n[measure] repository pod refused by a quota: apply -> named "
