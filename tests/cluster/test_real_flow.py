@@ -254,7 +254,7 @@ def test_cpu_standin_example_serves_on_real_containers(
                                                                       "rank1.engine"}
         (repo_pod,) = _pods(cluster, ns, "model-repository")
         assert repo_pod["spec"]["nodeName"] == NODE_NAME, diag
-        repos = list((store / "repos" / ns / "cpu-standin").glob("*/ensemble/config.pbtxt"))
+        repos = list((store / "repos" / ns / "_shared").glob("*/repository/ensemble/config.pbtxt"))
         assert len(repos) == 1, diag
 
         # The serving pod is the rendered one, Ready by its own probe, with world size 2.
