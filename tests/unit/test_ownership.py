@@ -199,3 +199,50 @@ def test_another_objects_is_never_deleted() -> None:
     with pytest.raises(NameConflict, match="PodDisruptionBudget/demo"):
         asyncio.run(execute(kube, kube.cache(), body, dep, plan, LOG))
     assert ("PodDisruptionBudget", "default", "demo") in kube.objects
+
+
+def test_a_pass_gives_its_slot_back_before_its_events_are_posted() -> None:
+    """Events wait behind every converging write in the API client; a pass waiting for them
+    while holding its slot would hold up another deployment's first pass. With one pass slot,
+    the second deployment's pass runs while the first one's Events are still unsent."""
+    first, _ = deployment()
+    second = cr(metadata={"name": "other", "namespace": "default", "uid": "uid-other",
+                          "generation": 1})
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": parse_deployment(first).spec.storage.claimName,
+                          "namespace": "default"}}
+    kube = FakeKube([first, second, claim])
+    settings = OperatorSettings(check_gpu_nodes=False, api_concurrency=1)
+    post_event = kube.post_event
+    sending: asyncio.Event
+    order: list[str] = []
+
+    async def slow_event(note: Any) -> None:
+        order.append(f"event {note.body['involvedObject']['name']}")
+        await sending.wait()  # the API server is slow to take Events
+        await post_event(note)
+
+    kube.post_event = slow_event  # type: ignore[method-assign]
+    apply_status = kube.apply_status
+
+    async def status(obj: Any) -> dict[str, Any]:
+        order.append(f"status {obj.name}")
+        return await apply_status(obj)
+
+    kube.apply_status = status  # type: ignore[method-assign]
+
+    async def main() -> None:
+        nonlocal sending
+        sending = asyncio.Event()
+        rec = Reconciler(kube, settings, kube.cache())  # type: ignore[arg-type]
+        rec._passes = asyncio.Semaphore(1)  # one pass at a time
+        rec.request("default", "demo")
+        rec.request("default", "other")
+        while "status other" not in order:
+            await asyncio.sleep(0.01)
+        sending.set()
+        await rec.wait_idle()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=10))
+    assert order.index("status other") > order.index("event demo"), order
+    assert {e["involvedObject"]["name"] for e in kube.events} == {"demo", "other"}

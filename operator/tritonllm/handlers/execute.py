@@ -116,7 +116,10 @@ async def execute(
     logger: Logger,
     *,
     engine_key: str | None = None,
+    outbox: list[Manifest] | None = None,
 ) -> None:
+    """`outbox`: the Events go there, for the caller to post once the pass has given its slot
+    back (tritonllm.handlers.reconciler), instead of being posted here."""
     meta = body["metadata"]
     ns, name = meta["namespace"], meta["name"]
     if p.finalizers is not None:
@@ -147,7 +150,11 @@ async def execute(
         cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, p.status)))
     now = dt.datetime.now(dt.UTC)
     for type_, reason, message in p.events:
-        await kube.post_event(event(body, type_=type_, reason=reason, message=message, now=now))
+        note = event(body, type_=type_, reason=reason, message=message, now=now)
+        if outbox is None:
+            await kube.post_event(note)
+        else:
+            outbox.append(note)
         logger.info("event %s %s: %s", type_, reason, message)
 
 

@@ -108,6 +108,8 @@ class Reconciler:
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._held: dict[Key, float] = {}  # since when a progress-only status waits (monotonic)
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
+        # The Events of each deployment's pass, posted once the pass has given its slot back.
+        self._outbox: dict[Key, list[Manifest]] = {}
         self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
         # more rendered objects in memory while waiting for it (a burst of 1000 new objects).
@@ -152,7 +154,11 @@ class Reconciler:
             while True:
                 async with self._passes:
                     self._dirty.discard(key)
-                    requeue = await self.reconcile(*key)
+                    requeue = await self._reconcile_once(*key)
+                # Events are posted after the pass gave its slot back: they wait behind every
+                # write that converges (tritonllm.k8s.client, REPORT), and a pass holding its
+                # slot meanwhile would keep another deployment's first pass waiting.
+                await self._post_events(key)
                 self._schedule(key, requeue)
                 if key not in self._dirty:
                     return
@@ -189,7 +195,20 @@ class Reconciler:
     # --- one pass --------------------------------------------------------------------------
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
-        """One pass; returns when to look again (seconds), if sooner than the resync."""
+        """One pass and its Events; returns when to look again (seconds), if sooner than the
+        resync."""
+        try:
+            return await self._reconcile_once(namespace, name)
+        finally:
+            await self._post_events((namespace, name))
+
+    async def _post_events(self, key: Key) -> None:
+        """Post what the last pass of `key` decided to say (best effort, as Kube.post_event:
+        the status the pass wrote says the same)."""
+        for note in self._outbox.pop(key, []):
+            await self.kube.post_event(note)
+
+    async def _reconcile_once(self, namespace: str, name: str) -> float | None:
         logger = logging.LoggerAdapter(log, {"namespace": namespace, "object": name})
         started = time.monotonic()
         key = (namespace, name)
@@ -284,7 +303,9 @@ class Reconciler:
         if decision.status is not None:
             old = (body.get("status") or {}).get("phases") or []
             decision.events += self._phases.ended(old, decision.status.get("phases") or [])
-        await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key)
+        outbox = self._outbox.setdefault((dep.namespace, dep.name), [])
+        await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key,
+                      outbox=outbox)
         return decision
 
     def _hold_progress(self, key: Key, decision: Decision) -> None:
