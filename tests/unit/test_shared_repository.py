@@ -73,6 +73,7 @@ def test_a_job_under_the_name_that_no_deployment_of_the_namespace_created_is_a_c
 
 @pytest.mark.parametrize("sibling_known", [True, False])
 def test_a_job_created_meanwhile_is_used_if_a_sibling_created_it(sibling_known: bool) -> None:
+    """The pass planned before the Job existed; by the time it writes, the watch shows it."""
     body, dep = deployment("demo", "uid-demo")
     other_body, other = deployment("other", "uid-other")
     theirs = render_all(other).repository_job.body
@@ -85,7 +86,7 @@ def test_a_job_created_meanwhile_is_used_if_a_sibling_created_it(sibling_known: 
     else:  # its controller is no deployment of the namespace: someone planted it
         with pytest.raises(NameConflict, match=f"Job/{ours.name}"):
             asyncio.run(execute(kube, kube.cache(), body, dep, decision, LOG))
-    assert [w.verb for w in kube.writes()] == ["create"]  # the refused POST, nothing else
+    assert kube.writes() == []  # the watch shows it: no POST
     job = kube.objects[("Job", "default", ours.name)]
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-other"
 
@@ -139,3 +140,28 @@ def test_a_new_layout_of_the_store_is_a_new_key(monkeypatch: pytest.MonkeyPatch)
     before = render_all(dep)
     assert before.repository_key != now.repository_key
     assert before.repository_configmap.name != now.repository_configmap.name
+
+
+def test_a_job_the_watch_does_not_show_is_found_by_the_refused_post() -> None:
+    """Another replica (or a user) created it after this one's watch last showed the name:
+    the POST is refused, and the object is then looked up and judged."""
+    body, dep = deployment("demo", "uid-demo")
+    other_body, other = deployment("other", "uid-other")
+    theirs = render_all(other).repository_job.body
+    kube = FakeKube([body, other_body])
+    cache = kube.cache()
+    get = cache.get
+
+    def unseen(kind: str, namespace: str | None, name: str) -> Any:
+        return None if kind == "Job" else get(kind, namespace, name)
+
+    cache.get = unseen  # type: ignore[method-assign]
+    kube.put(theirs)
+    ours = render_all(dep).repository_job.stamped()
+    asyncio.run(execute(kube, cache, body, dep, Decision(create_shared=[ours]), LOG))
+    assert [w.verb for w in kube.writes()] == ["create"]  # refused (409), then looked up
+    planted = {**theirs, "metadata": {**theirs["metadata"], "ownerReferences": [
+        {**theirs["metadata"]["ownerReferences"][0], "uid": "uid-nobody"}]}}
+    kube.put(planted)
+    with pytest.raises(NameConflict, match=f"Job/{ours.name}"):
+        asyncio.run(execute(kube, cache, body, dep, Decision(create_shared=[ours]), LOG))

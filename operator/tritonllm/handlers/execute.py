@@ -271,6 +271,11 @@ async def _create_shared(
         if pending is not None:
             await asyncio.shield(pending)
             continue
+        live = cache.get(obj.kind, ns, obj.name)
+        if live is not None:  # created since this pass looked (by another deployment's pass)
+            if not (is_ours(live, uid) or cache.deployment_controls(ns, live)):
+                raise NameConflict(conflict_message(obj.kind, obj.name, live))
+            continue
         done = asyncio.get_running_loop().create_future()
         cache.creating[key] = done
         try:
