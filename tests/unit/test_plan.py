@@ -86,6 +86,7 @@ class World:
             repo_stall=self.obs.get("repo_stall"),
             repo_job=get("Job", naming.repository_job_name(self.dep(), r.repository_key)),
             repo_job_shared_uid=self.obs.get("repo_job_shared_uid"),
+            repo_job_orphaned=self.obs.get("repo_job_orphaned", False),
             repo_pod_exists=job_has_pod(
                 get("Job", naming.repository_job_name(self.dep(), r.repository_key))),
             workload=workload,

@@ -60,12 +60,16 @@ def test_the_job_another_deployment_created_is_waited_for_not_created_again() ->
 
 
 def test_a_job_under_the_name_that_no_deployment_of_the_namespace_created_is_a_conflict() -> None:
+    """Our label, but no controller reference to a deployment (observe marks a Job whose
+    controller is a deployment that is gone as orphaned: see below)."""
     w = World()
     w.step()
     w.finish_job(w.render.build_job["metadata"]["name"])
     planted = render_all(parse_deployment(cr(metadata={"name": "gone", "uid": "uid-gone"})))
-    w.objects[("Job", planted.repository_job.name)] = copy.deepcopy(planted.repository_job.body)
-    w.step()  # observe finds no deployment "gone" with that uid: nothing vouches for it
+    job = copy.deepcopy(planted.repository_job.body)
+    job["metadata"]["ownerReferences"] = []
+    w.objects[("Job", planted.repository_job.name)] = job
+    w.step()
     degraded = w.cond(c.COND_DEGRADED)
     assert degraded["reason"] == "NameConflict"
     assert f"Job/{planted.repository_job.name}" in degraded["message"]
@@ -165,3 +169,38 @@ def test_a_job_the_watch_does_not_show_is_found_by_the_refused_post() -> None:
     kube.put(planted)
     with pytest.raises(NameConflict, match=f"Job/{ours.name}"):
         asyncio.run(execute(kube, cache, body, dep, Decision(create_shared=[ours]), LOG))
+
+
+def test_the_job_of_a_deleted_deployment_is_waited_out_then_created_again() -> None:
+    """Deployment A deleted, B (same repository) applied at once: A's Job is still there until
+    the garbage collector removes it (it removes any Job whose controller uid does not exist,
+    so a forged one goes too). B neither uses it nor calls it a conflict, and creates its own
+    once it is gone."""
+    w = World(repo_job_orphaned=True)
+    w.step()
+    w.finish_job(w.render.build_job["metadata"]["name"])
+    gone = render_all(parse_deployment(cr(metadata={"name": "gone", "uid": "uid-gone"})))
+    w.objects[("Job", gone.repository_job.name)] = copy.deepcopy(gone.repository_job.body)
+    p = w.step()
+    assert p.create_shared == [] and w.cond(c.COND_DEGRADED)["status"] == "False"
+    repository = w.cond(c.COND_REPOSITORY_READY)
+    assert repository["status"] == "False" and "garbage-collected" in repository["message"]
+    del w.objects[("Job", gone.repository_job.name)]  # collected
+    w.obs["repo_job_orphaned"] = False
+    p = w.step()
+    assert [o.name for o in p.create_shared] == [w.render.repository_job.name]
+
+
+def test_observe_tells_a_siblings_job_from_an_orphaned_one() -> None:
+    from tritonllm.handlers.observe import _orphaned, _shared_by_sibling
+
+    body, dep = deployment("demo", "uid-demo")
+    sibling_body, sibling = deployment("sibling", "uid-sibling")
+    theirs = render_all(sibling).repository_job.body
+    theirs["metadata"]["uid"] = "uid-job"
+    cache = FakeKube([body, sibling_body]).cache()
+    assert _shared_by_sibling(cache, dep, theirs) == "uid-job" and not _orphaned(cache, dep, theirs)
+    cache = FakeKube([body]).cache()  # the sibling is gone
+    assert _shared_by_sibling(cache, dep, theirs) is None and _orphaned(cache, dep, theirs)
+    ours = render_all(dep).repository_job.body
+    assert _shared_by_sibling(cache, dep, ours) is None and not _orphaned(cache, dep, ours)

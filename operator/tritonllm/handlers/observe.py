@@ -39,6 +39,7 @@ from tritonllm.plan import (
     optional_refs,
     record_status,
     serving_failure,
+    shared_controller,
     unschedulable_message,
 )
 from tritonllm.render import Rendered, RenderOptions, naming
@@ -133,6 +134,7 @@ async def observe(
         build_stall=await pods.job_stall(kube, ns, r.build_job.name, build_job),
         repo_job=repo_job,
         repo_job_shared_uid=_shared_by_sibling(cache, dep, repo_job),
+        repo_job_orphaned=_orphaned(cache, dep, repo_job),
         repo_pods=await _failed_pods(kube, ns, repo_job),
         repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
         repo_pod_exists=job_has_pod(repo_job) or pods.job_pod_seen(ns, r.repository_job.name),
@@ -175,6 +177,13 @@ def _shared_by_sibling(cache: Cache, dep: TritonLLMDeployment, job: Obj | None) 
     if job is None or controller is None or controller == (dep.metadata.uid or ""):
         return None
     return str(job["metadata"].get("uid") or "") or None
+
+
+def _orphaned(cache: Cache, dep: TritonLLMDeployment, job: Obj | None) -> bool:
+    """The content key's repository Job was created for a deployment of the namespace that is
+    gone (the watch no longer shows it with that uid): the garbage collector removes it."""
+    return (shared_controller(job) is not None
+            and cache.deployment_controls(dep.namespace, job) is None)
 
 
 def _building(engine: Obj | None) -> bool:

@@ -69,6 +69,10 @@ class Observed:
     # Its uid when another deployment of the namespace created it (its controller is a
     # TritonLLMDeployment the watch shows with that uid): trusted like one of ours.
     repo_job_shared_uid: str | None = None
+    # Its controller is a deployment of the namespace that is gone: the garbage collector
+    # deletes it (an owner reference to a uid that does not exist, forged or not, is
+    # collected), then the Job is created again; until then it is neither used nor in the way.
+    repo_job_orphaned: bool = False
     repo_pods: Sequence[Obj] = ()
     repo_stall: Stall | None = None
     # The repository Job's pod exists (the watch of pods saw it, or the Job counts it active).

@@ -165,7 +165,8 @@ def conflicts(
     seen: dict[ObjectRef, Mapping[str, Any]] = {
         k: v for k, v in obs.live.items() if k not in skip
     }
-    for job in (obs.build_job, obs.repo_job):
+    repo_job = None if obs.repo_job_orphaned else obs.repo_job  # on its way out: not in the way
+    for job in (obs.build_job, repo_job):
         if job is not None:
             meta = job["metadata"]
             ref = ObjectRef("batch/v1", "Job", meta.get("namespace"), meta["name"])

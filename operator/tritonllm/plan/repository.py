@@ -72,19 +72,24 @@ def repository_step(
     it runs, from what holds its pod), or from the record (`was_written`) once the finished Job
     is collected."""
     job = JobObs.of(obs.repo_job, obs.repo_pods)
+    if obs.repo_job_orphaned:
+        job = JobObs("Missing")
     if job.phase == "Missing" and was_written:
         job = JobObs("Succeeded")
     if engine_ready and not blocked:
         want(p, obs, rendered.repository_configmap)
-        if job.phase == "Missing":
+        if job.phase == "Missing" and not obs.repo_job_orphaned:
             # Named by the content key: another deployment of the namespace that renders the
             # same repository may create it first (then this one reads it).
             p.create_shared.append(rendered.repository_job.stamped())
     stall = obs.repo_stall if job.phase == "Active" else None
     ctx = Context(dep.namespace, dep.spec.storage.claimName, None, spec_resources=False)
-    return RepositoryStep(
-        job, _condition(rendered, job, engine_ready=engine_ready, stall=stall, ctx=ctx)
-    )
+    cond = _condition(rendered, job, engine_ready=engine_ready, stall=stall, ctx=ctx)
+    if obs.repo_job_orphaned and job.phase == "Missing" and engine_ready:
+        message = (f"Job {rendered.repository_job.name} of a deleted deployment is being "
+                   "garbage-collected; it is created again once it is gone")
+        cond = Cond(c.COND_REPOSITORY_READY, "False", r.WRITING, message)
+    return RepositoryStep(job, cond)
 
 
 def _condition(
