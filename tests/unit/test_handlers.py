@@ -33,3 +33,13 @@ def test_kopf_builds_no_diff_base_because_nothing_reads_it() -> None:
     storage = operator.NoDiffBase()
     assert storage.build(body=body) == {}
     assert storage.fetch(body=body) is None
+
+
+def test_tls_connections_read_into_small_buffers() -> None:
+    """Every TLS connection's read buffer stays resident while it is open: the operator's are
+    32 KiB, not asyncio's 256 KiB (tritonllm.handlers.operator.TLS_READ_BUFFER)."""
+    import asyncio.sslproto
+
+    from tritonllm.handlers import operator
+
+    assert asyncio.sslproto.SSLProtocol.max_size == operator.TLS_READ_BUFFER == 32 * 1024

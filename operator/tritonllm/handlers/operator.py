@@ -15,6 +15,7 @@ the reconciler.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,13 @@ SERVING_PODS_SELECTOR = (
 # `startup`).
 WORKERS_PER_KIND = 64
 WORKER_IDLE_SECONDS = 0.05
+# asyncio gives every TLS connection a zero-filled read buffer of 256 KiB (SSLProtocol.max_size),
+# resident for the connection's life: kopf keeps a connection per watch and our client one per
+# slot (33 connections measured converging N=1000: about 8 MiB; up to 16 MiB when a burst opens
+# more). A TLS record is at most 16 KiB, so 32 KiB reads lose nothing but a few more loop
+# iterations on a large list. Measured at N=1000: peak RSS 163-166 -> 153-155 MiB.
+TLS_READ_BUFFER = 32 * 1024
+asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
