@@ -201,10 +201,11 @@ def test_another_objects_is_never_deleted() -> None:
     assert ("PodDisruptionBudget", "default", "demo") in kube.objects
 
 
-def test_a_pass_gives_its_slot_back_before_its_events_are_posted() -> None:
-    """Events wait behind every converging write in the API client; a pass waiting for them
-    while holding its slot would hold up another deployment's first pass. With one pass slot,
-    the second deployment's pass runs while the first one's Events are still unsent."""
+def test_a_pass_gives_its_slot_back_before_its_status_and_events_are_sent() -> None:
+    """The status and Events wait behind every converging write in the API client; a pass
+    waiting for them while holding its slot would hold up another deployment's first pass.
+    With one pass slot, the second deployment's pass runs while the first one's Events are
+    still unsent (and its status is written before them, before its own next pass)."""
     first, _ = deployment()
     second = cr(metadata={"name": "other", "namespace": "default", "uid": "uid-other",
                           "generation": 1})
@@ -244,5 +245,27 @@ def test_a_pass_gives_its_slot_back_before_its_events_are_posted() -> None:
         await rec.wait_idle()
 
     asyncio.run(asyncio.wait_for(main(), timeout=10))
-    assert order.index("status other") > order.index("event demo"), order
+    assert order.index("status demo") < order.index("event demo") < order.index("status other")
+    assert order.count("status demo") == 1, order
     assert {e["involvedObject"]["name"] for e in kube.events} == {"demo", "other"}
+
+
+def test_a_refused_status_write_after_the_pass_is_retried_with_backoff() -> None:
+    body, dep = deployment()
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": dep.spec.storage.claimName, "namespace": "default"}}
+    kube = FakeKube([body, claim])
+
+    async def refuse(obj: Any) -> dict[str, Any]:
+        raise KubeError(500, "Internal Server Error", "etcdserver: request timed out")
+
+    kube.apply_status = refuse  # type: ignore[method-assign]
+
+    async def main() -> float | None:
+        rec = Reconciler(kube, OperatorSettings(check_gpu_nodes=False),  # type: ignore[arg-type]
+                         kube.cache())
+        return await rec.reconcile("default", "demo")
+
+    requeue = asyncio.run(main())
+    assert requeue is not None and 0 < requeue <= 5  # the error backoff, not the resync
+    assert kube.events == []  # nothing said that the status does not say

@@ -10,6 +10,7 @@ the watches deliver it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Mapping
@@ -116,10 +117,10 @@ async def execute(
     logger: Logger,
     *,
     engine_key: str | None = None,
-    outbox: list[Manifest] | None = None,
+    outbox: Outbox | None = None,
 ) -> None:
-    """`outbox`: the Events go there, for the caller to post once the pass has given its slot
-    back (tritonllm.handlers.reconciler), instead of being posted here."""
+    """`outbox`: the deployment's status and the Events go there, for the caller to send once
+    the pass has given its slot back (tritonllm.handlers.reconciler), instead of here."""
     meta = body["metadata"]
     ns, name = meta["namespace"], meta["name"]
     if p.finalizers is not None:
@@ -146,16 +147,34 @@ async def execute(
         cache.remember(await kube.apply_status(obj))
     if p.build_result:
         BUILDS.labels(p.build_result).inc()
+    box = Outbox() if outbox is None else outbox
     if p.status is not None:
-        cache.remember(await kube.apply_status(status_object(c.KIND, ns, name, p.status)))
+        box.status = status_object(c.KIND, ns, name, p.status)
     now = dt.datetime.now(dt.UTC)
     for type_, reason, message in p.events:
-        note = event(body, type_=type_, reason=reason, message=message, now=now)
-        if outbox is None:
-            await kube.post_event(note)
-        else:
-            outbox.append(note)
+        box.events.append(event(body, type_=type_, reason=reason, message=message, now=now))
         logger.info("event %s %s: %s", type_, reason, message)
+    if outbox is None:
+        await box.send(kube, cache)
+
+
+@dataclasses.dataclass
+class Outbox:
+    """What a pass reports, last: the deployment's status, then its Events (REPORT requests:
+    they wait behind every write that converges, tritonllm.k8s.client)."""
+
+    status: Manifest | None = None
+    events: list[Manifest] = dataclasses.field(default_factory=list)
+
+    async def send(self, kube: Kube, cache: Cache) -> None:
+        """The status (a KubeError ends the pass: it is retried), then the Events (best
+        effort: Kube.post_event)."""
+        if self.status is not None:
+            cache.remember(await kube.apply_status(self.status))
+            self.status = None
+        for note in self.events:
+            await kube.post_event(note)
+        self.events = []
 
 
 async def _delete(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger) -> None:

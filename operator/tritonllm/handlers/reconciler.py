@@ -45,7 +45,7 @@ from tritonllm.render.events import event
 from tritonllm.render.manifest import Manifest
 
 from .cache import Cache
-from .execute import NameConflict, WriteRefused, execute, failure
+from .execute import NameConflict, Outbox, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
 from .observe import PodChecks, SecretChecks, observe, read_before_render
 from .schedule import Key, Schedule
@@ -108,8 +108,8 @@ class Reconciler:
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._held: dict[Key, float] = {}  # since when a progress-only status waits (monotonic)
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
-        # The Events of each deployment's pass, posted once the pass has given its slot back.
-        self._outbox: dict[Key, list[Manifest]] = {}
+        # The status and Events of each deployment's pass, sent once it gave its slot back.
+        self._outbox: dict[Key, Outbox] = {}
         self._stopped = False  # the replica stops acting (kopf's cleanup)
         # Passes in flight at once: enough to keep the API client busy; more would only hold
         # more rendered objects in memory while waiting for it (a burst of 1000 new objects).
@@ -155,10 +155,11 @@ class Reconciler:
                 async with self._passes:
                     self._dirty.discard(key)
                     requeue = await self._reconcile_once(*key)
-                # Events are posted after the pass gave its slot back: they wait behind every
-                # write that converges (tritonllm.k8s.client, REPORT), and a pass holding its
-                # slot meanwhile would keep another deployment's first pass waiting.
-                await self._post_events(key)
+                # The status and Events are sent after the pass gave its slot back (still before
+                # this deployment's next pass): they wait behind every write that converges
+                # (tritonllm.k8s.client, REPORT), and a pass holding its slot meanwhile would
+                # keep another deployment's first pass waiting.
+                requeue = await self._report_pass(key, requeue)
                 self._schedule(key, requeue)
                 if key not in self._dirty:
                     return
@@ -195,18 +196,25 @@ class Reconciler:
     # --- one pass --------------------------------------------------------------------------
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
-        """One pass and its Events; returns when to look again (seconds), if sooner than the
-        resync."""
-        try:
-            return await self._reconcile_once(namespace, name)
-        finally:
-            await self._post_events((namespace, name))
+        """One pass, its status and Events; returns when to look again (seconds), if sooner
+        than the resync."""
+        requeue = await self._reconcile_once(namespace, name)
+        return await self._report_pass((namespace, name), requeue)
 
-    async def _post_events(self, key: Key) -> None:
-        """Post what the last pass of `key` decided to say (best effort, as Kube.post_event:
-        the status the pass wrote says the same)."""
-        for note in self._outbox.pop(key, []):
-            await self.kube.post_event(note)
+    async def _report_pass(self, key: Key, requeue: float | None) -> float | None:
+        """Send what the last pass of `key` decided to say. A status the API server refuses
+        makes the pass a failed one (retried with the error backoff, like a failed write)."""
+        box = self._outbox.pop(key, None)
+        if box is None:
+            return requeue
+        try:
+            await box.send(self.kube, self.cache)
+        except KubeError as exc:
+            log.warning("%s/%s: status not written: %s", *key, exc)
+            RECONCILES.labels("error").inc()
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            return error_backoff_seconds(failures)
+        return requeue
 
     async def _reconcile_once(self, namespace: str, name: str) -> float | None:
         logger = logging.LoggerAdapter(log, {"namespace": namespace, "object": name})
@@ -303,7 +311,7 @@ class Reconciler:
         if decision.status is not None:
             old = (body.get("status") or {}).get("phases") or []
             decision.events += self._phases.ended(old, decision.status.get("phases") or [])
-        outbox = self._outbox.setdefault((dep.namespace, dep.name), [])
+        outbox = self._outbox.setdefault((dep.namespace, dep.name), Outbox())
         await execute(self.kube, self.cache, body, dep, decision, logger, engine_key=key,
                       outbox=outbox)
         return decision
