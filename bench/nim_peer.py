@@ -141,6 +141,21 @@ class Manager(Operator):
 
 
 @contextlib.contextmanager
+def release(cluster: LocalCluster, namespace: str) -> None:
+    """Drop the NIM operator's finalizer from the NIMServices left in `namespace` (it is
+    stopped after its phase): without it their namespace would stay Terminating, and its
+    Deployments and pods would weigh on the next runs on this cluster."""
+    from kubernetes import client as k8s
+
+    api = k8s.CustomObjectsApi(cluster.api_client())
+    items = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    for item in items:
+        if item["metadata"].get("finalizers"):
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                               item["metadata"]["name"],
+                                               {"metadata": {"finalizers": None}})
+
+
 def run_manager(cluster: LocalCluster, binary: Path, token: str, tmp: Path) -> Iterator[Manager]:
     metrics_port, health_port = free_port(), free_port()
     log = tmp / "nim-operator.log"

@@ -769,6 +769,8 @@ def run(args: argparse.Namespace) -> None:
         print_report(result)
         results.append(result)
         if not args.keep:
+            if nim is not None:
+                nim_peer.release(cluster, nim_ns)
             for ns in namespaces:
                 cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     if args.json:
