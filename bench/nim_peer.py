@@ -140,7 +140,6 @@ class Manager(Operator):
             return str(r.read().decode())
 
 
-@contextlib.contextmanager
 def release(cluster: LocalCluster, namespace: str) -> None:
     """Drop the NIM operator's finalizer from the NIMServices left in `namespace` (it is
     stopped after its phase): without it their namespace would stay Terminating, and its
@@ -156,6 +155,7 @@ def release(cluster: LocalCluster, namespace: str) -> None:
                                                {"metadata": {"finalizers": None}})
 
 
+@contextlib.contextmanager
 def run_manager(cluster: LocalCluster, binary: Path, token: str, tmp: Path) -> Iterator[Manager]:
     metrics_port, health_port = free_port(), free_port()
     log = tmp / "nim-operator.log"
