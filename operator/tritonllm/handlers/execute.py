@@ -1,8 +1,11 @@
 """Carry out a Decision: the writes, in a fixed order, then the status and the Events.
 
-Order: finalizers, the MPI SSH Secret, applies (in apply order), creates of the engine key's
-build objects (their uids go into the engine record's status), owner references added to them,
-deletions, scale, the engine record's status, the deployment's status, Events. Everything sent
+Order: finalizers, the MPI SSH Secret, the ConfigMaps to apply, the content key's shared objects
+(the repository Job, which mounts its plan ConfigMap: created early, its pod is what the first
+workload of every deployment of that content waits for), the other applies (in apply order),
+creates of the engine key's build objects (their uids go into the engine record's status), owner
+references added to them, deletions, scale, the engine record's status, the deployment's status,
+Events. Everything sent
 is a Manifest from tritonllm.render; what the API server returns is remembered by the cache until
 the watches deliver it.
 """
@@ -128,9 +131,12 @@ async def execute(
     if p.create_mpi_secret and dep is not None:
         await _mpi_secret(kube, cache, body, dep, p, logger)
     uid = dep.metadata.uid or "" if dep is not None else ""
-    await _apply(kube, cache, p, ns, uid, logger)
-    await _create(kube, cache, p, ns, engine_key, logger)
+    configmaps = [obj for obj in p.apply if obj.kind == "ConfigMap"]
+    await _apply(kube, cache, configmaps, p, ns, uid, logger)
     await _create_shared(kube, cache, p, ns, uid, logger)
+    await _apply(kube, cache, [obj for obj in p.apply if obj.kind != "ConfigMap"], p, ns, uid,
+                 logger)
+    await _create(kube, cache, p, ns, engine_key, logger)
     if p.add_owner and dep is not None:
         await _add_owner(kube, p, dep, logger)
     await _delete(kube, cache, p, ns, uid, logger)
@@ -197,8 +203,11 @@ async def _delete(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logg
             raise WriteRefused("delete", ref.kind, ref.name, exc) from exc
 
 
-async def _apply(kube: Kube, cache: Cache, p: Decision, ns: str, uid: str, logger: Logger) -> None:
-    for obj in p.apply:
+async def _apply(
+    kube: Kube, cache: Cache, objs: list[Manifest], p: Decision, ns: str, uid: str,
+    logger: Logger,
+) -> None:
+    for obj in objs:
         if obj.kind in CHECKED_KINDS:
             await _name_is_free(kube, cache, obj, uid, p.recorded)
         try:
