@@ -26,6 +26,7 @@ from tests.chart.test_chart import CHART, KUBE, helm, run_helm  # noqa: F401 (fi
 from tests.cluster.operator_harness import get_cr, prepare_namespace, run_operator
 from tritonllm.cli.crd import CHART_README, chart_readme_text
 from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 
 #: The last commit of chart 0.1.0 (CRDs in charts/tritonllm/crds/, as Helm never upgrades them).
 PREVIOUS_CHART_COMMIT = "6fae147b8bf8fefdbea46b723e5bafc0a0ab0b70"
@@ -166,8 +167,14 @@ def test_upgrade_from_the_previous_chart_upgrades_crds_and_keeps_deployments(
         cluster.kubectl("patch", "tllm", "kept", "-n", namespace, "--type=merge",
                         "-p", f'{{"spec":{{"serving":{{"{NEW_FIELD}":100}}}}}}')
         assert get_cr(cluster, namespace, "kept")["spec"]["serving"][NEW_FIELD] == 100
-        explained = cluster.kubectl("explain", f"tllm.spec.serving.{NEW_FIELD}").stdout
-        assert "max_queue_delay_microseconds" in explained
+        # kubectl explain reads the OpenAPI document, which the API server republishes a
+        # moment after the CRD changed (asynchronously): wait for it, not for luck.
+        def explained() -> str | None:
+            out = cluster.kubectl("explain", f"tllm.spec.serving.{NEW_FIELD}", check=False)
+            return out.stdout if out.returncode == 0 else None
+
+        assert "max_queue_delay_microseconds" in wait_for(
+            explained, timeout=60, interval=1, what="the new field in kubectl explain")
 
         # a second upgrade (CRDs now the release's) needs nothing special
         run_helm(helm, "upgrade", release, str(CHART), *kube, *sets, "--set",
