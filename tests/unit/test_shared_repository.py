@@ -192,7 +192,13 @@ def test_the_job_of_a_deleted_deployment_is_waited_out_then_created_again() -> N
 
 
 def test_observe_tells_a_siblings_job_from_an_orphaned_one() -> None:
-    from tritonllm.handlers.observe import _orphaned, _shared_by_sibling
+    from tritonllm.handlers.observe import _repository_job_owner
+
+    def _shared_by_sibling(cache: Any, dep: Any, job: Any) -> Any:
+        return _repository_job_owner(cache, dep, job)["repo_job_shared_uid"]
+
+    def _orphaned(cache: Any, dep: Any, job: Any) -> bool:
+        return bool(_repository_job_owner(cache, dep, job)["repo_job_orphaned"])
 
     body, dep = deployment("demo", "uid-demo")
     sibling_body, sibling = deployment("sibling", "uid-sibling")

@@ -207,22 +207,25 @@ def _users_of_engine(obj: Mapping[str, Any]) -> dict[Any, Any]:
     return {(meta.get("namespace"), key): meta["name"] for key in keys if key}
 
 
-def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
+def _repository_plan(obj: Mapping[str, Any]) -> tuple[str | None, str | None, str] | None:
+    """(namespace, deployment, repository key) of a repository revision's plan ConfigMap."""
     meta = obj["metadata"]
     labels = meta.get("labels") or {}
     if labels.get(c.LABEL_COMPONENT) != c.COMPONENT_REPOSITORY or not labels.get(c.LABEL_REPO_KEY):
-        return {}
-    return {(meta.get("namespace"), labels.get(c.LABEL_INSTANCE)): labels[c.LABEL_REPO_KEY]}
+        return None
+    return meta.get("namespace"), labels.get(c.LABEL_INSTANCE), labels[c.LABEL_REPO_KEY]
+
+
+def _repository_revision(obj: Mapping[str, Any]) -> dict[Any, Any]:
+    plan = _repository_plan(obj)
+    return {} if plan is None else {(plan[0], plan[1]): plan[2]}
 
 
 def _repository_user(obj: Mapping[str, Any]) -> dict[Any, Any]:
     """A deployment whose plan ConfigMap is of this repository key waits for (or served from)
     the key's shared repository Job: its events wake them all."""
-    meta = obj["metadata"]
-    labels = meta.get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) != c.COMPONENT_REPOSITORY or not labels.get(c.LABEL_REPO_KEY):
-        return {}
-    return {(meta.get("namespace"), labels[c.LABEL_REPO_KEY]): labels.get(c.LABEL_INSTANCE)}
+    plan = _repository_plan(obj)
+    return {} if plan is None else {(plan[0], plan[2]): plan[1]}
 
 
 def _gpu_node(obj: Mapping[str, Any]) -> dict[Any, Any]:

@@ -233,9 +233,16 @@ def _sets_serving_replicas(obj: Manifest) -> bool:
 async def _name_is_free(
     kube: Kube, cache: Cache, obj: Manifest, uid: str, recorded: frozenset[str]
 ) -> None:
-    """The object to apply is ours or does not exist yet. What the watches show is checked
-    without a request; an object they do not show (not labelled as ours) is looked up in the
-    index of taken names, or read once where the index does not know the kind yet."""
+    """The object to apply is ours or does not exist yet."""
+    live = await _find(kube, cache, obj)
+    if live is not None and not is_ours(live, uid, recorded=recorded):
+        raise NameConflict(conflict_message(obj.kind, obj.name, live))
+
+
+async def _find(kube: Kube, cache: Cache, obj: Manifest) -> dict[str, Any] | None:
+    """The live object of `obj`'s name, or None. What the watches show costs no request; an
+    object they do not show (not labelled as ours) is looked up in the index of taken names,
+    or read once where the index does not know the kind yet."""
     live = cache.get(obj.kind, obj.namespace, obj.name)
     known = live is not None
     if not known and cache.names is not None:
@@ -245,8 +252,7 @@ async def _name_is_free(
             live = await kube.get(obj.api_version, obj.kind, obj.namespace, obj.name)
     except KubeError as exc:
         raise WriteRefused("get", obj.kind, obj.name, exc) from exc
-    if live is not None and not is_ours(live, uid, recorded=recorded):
-        raise NameConflict(conflict_message(obj.kind, obj.name, live))
+    return live
 
 
 # Where the engine record's status keeps the uid of each build object the operator created.
@@ -301,8 +307,7 @@ async def _create_shared(
             continue
         live = cache.get(obj.kind, ns, obj.name)
         if live is not None:  # created since this pass looked (by another deployment's pass)
-            if not (is_ours(live, uid) or cache.deployment_controls(ns, live)):
-                raise NameConflict(conflict_message(obj.kind, obj.name, live))
+            _check_shared(cache, obj, live, uid)
             continue
         done = asyncio.get_running_loop().create_future()
         cache.creating[key] = done
@@ -324,20 +329,18 @@ async def _create_one_shared(
         cache.remember(created)
         logger.info("created %s/%s", obj.kind, obj.name)
         return
-    live = cache.get(obj.kind, ns, obj.name)
-    known = live is not None
-    if not known and cache.names is not None:
-        known, live = cache.names.lookup(obj.kind, ns, obj.name)
-    if not known:
-        try:
-            live = await kube.get(obj.api_version, obj.kind, ns, obj.name)
-        except KubeError as exc:
-            raise WriteRefused("get", obj.kind, obj.name, exc) from exc
-    if live is None or is_ours(live, uid) or cache.deployment_controls(ns, live):
-        logger.info("%s/%s exists: created by another deployment of the namespace",
-                    obj.kind, obj.name)
-        return
-    raise NameConflict(conflict_message(obj.kind, obj.name, live))
+    live = await _find(kube, cache, obj)
+    if live is not None:
+        _check_shared(cache, obj, live, uid)
+    logger.info("%s/%s exists: created by another deployment of the namespace",
+                obj.kind, obj.name)
+
+
+def _check_shared(cache: Cache, obj: Manifest, live: Mapping[str, Any], uid: str) -> None:
+    """A shared object found under the name is ours or another deployment's of the namespace
+    (tritonllm.plan.ownership.shared_controller); anything else is in the way."""
+    if not (is_ours(live, uid) or cache.deployment_controls(obj.namespace or "", live)):
+        raise NameConflict(conflict_message(obj.kind, obj.name, live))
 
 
 async def _add_owner(kube: Kube, p: Decision, dep: TritonLLMDeployment, logger: Logger) -> None:

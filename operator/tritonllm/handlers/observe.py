@@ -133,8 +133,7 @@ async def observe(
         build_pods=await _failed_pods(kube, ns, build_job, or_reported=_building(engine)),
         build_stall=await pods.job_stall(kube, ns, r.build_job.name, build_job),
         repo_job=repo_job,
-        repo_job_shared_uid=_shared_by_sibling(cache, dep, repo_job),
-        repo_job_orphaned=_orphaned(cache, dep, repo_job),
+        **_repository_job_owner(cache, dep, repo_job),
         repo_pods=await _failed_pods(kube, ns, repo_job),
         repo_stall=await pods.job_stall(kube, ns, r.repository_job.name, repo_job),
         repo_pod_exists=job_has_pod(repo_job) or pods.job_pod_seen(ns, r.repository_job.name),
@@ -170,20 +169,20 @@ def _live(
     return live
 
 
-def _shared_by_sibling(cache: Cache, dep: TritonLLMDeployment, job: Obj | None) -> str | None:
-    """The uid of the content key's repository Job when another deployment of the namespace
-    created it (its controller is a TritonLLMDeployment the watch shows with that uid)."""
+def _repository_job_owner(cache: Cache, dep: TritonLLMDeployment, job: Obj | None
+                          ) -> dict[str, Any]:
+    """Whose the content key's repository Job is, as Observed takes it: `repo_job_shared_uid`,
+    its uid when another deployment of the namespace created it (its controller is a
+    TritonLLMDeployment the watch shows with that uid); `repo_job_orphaned`, when the
+    deployment it was created for is gone (the garbage collector removes it)."""
+    if shared_controller(job) is None:
+        return {"repo_job_shared_uid": None, "repo_job_orphaned": False}
+    assert job is not None
     controller = cache.deployment_controls(dep.namespace, job)
-    if job is None or controller is None or controller == (dep.metadata.uid or ""):
-        return None
-    return str(job["metadata"].get("uid") or "") or None
-
-
-def _orphaned(cache: Cache, dep: TritonLLMDeployment, job: Obj | None) -> bool:
-    """The content key's repository Job was created for a deployment of the namespace that is
-    gone (the watch no longer shows it with that uid): the garbage collector removes it."""
-    return (shared_controller(job) is not None
-            and cache.deployment_controls(dep.namespace, job) is None)
+    shared_uid = None
+    if controller is not None and controller != (dep.metadata.uid or ""):
+        shared_uid = str(job["metadata"].get("uid") or "") or None
+    return {"repo_job_shared_uid": shared_uid, "repo_job_orphaned": controller is None}
 
 
 def _building(engine: Obj | None) -> bool:

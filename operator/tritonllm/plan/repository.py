@@ -84,16 +84,13 @@ def repository_step(
             p.create_shared.append(rendered.repository_job.stamped())
     stall = obs.repo_stall if job.phase == "Active" else None
     ctx = Context(dep.namespace, dep.spec.storage.claimName, None, spec_resources=False)
-    cond = _condition(rendered, job, engine_ready=engine_ready, stall=stall, ctx=ctx)
-    if obs.repo_job_orphaned and job.phase == "Missing" and engine_ready:
-        message = (f"Job {rendered.repository_job.name} of a deleted deployment is being "
-                   "garbage-collected; it is created again once it is gone")
-        cond = Cond(c.COND_REPOSITORY_READY, "False", r.WRITING, message)
-    return RepositoryStep(job, cond)
+    return RepositoryStep(job, _condition(rendered, job, engine_ready=engine_ready, stall=stall,
+                                          ctx=ctx, orphaned=obs.repo_job_orphaned))
 
 
 def _condition(
-    rendered: Rendered, job: JobObs, *, engine_ready: bool, stall: Stall | None, ctx: Context
+    rendered: Rendered, job: JobObs, *, engine_ready: bool, stall: Stall | None, ctx: Context,
+    orphaned: bool,
 ) -> Cond:
     if job.phase == "Succeeded":
         where = f"model repository at {rendered.repository_dir}"
@@ -104,6 +101,10 @@ def _condition(
     if not engine_ready:
         message = "the repository is written once the engine is ready"
         return Cond(c.COND_REPOSITORY_READY, "False", r.WAITING_FOR_ENGINE, message)
+    if orphaned and job.phase == "Missing":
+        message = (f"Job {rendered.repository_job.name} of a deleted deployment is being "
+                   "garbage-collected; it is created again once it is gone")
+        return Cond(c.COND_REPOSITORY_READY, "False", r.WRITING, message)
     if stall is not None:
         message = explain(stall, rendered.repository_job.name, "repository", ctx)
         return Cond(c.COND_REPOSITORY_READY, "False", stall.reason, message)
