@@ -210,3 +210,16 @@ def test_observe_tells_a_siblings_job_from_an_orphaned_one() -> None:
     assert _shared_by_sibling(cache, dep, theirs) is None and _orphaned(cache, dep, theirs)
     ours = render_all(dep).repository_job.body
     assert _shared_by_sibling(cache, dep, ours) is None and not _orphaned(cache, dep, ours)
+
+
+def test_the_shared_job_is_created_right_after_the_configmaps() -> None:
+    """The first workloads of every deployment of the content wait for the Job's pod: it is
+    created before the pass's other applies, and after the plan ConfigMap its pod mounts."""
+    body, dep = deployment("demo", "uid-demo")
+    kube = FakeKube([body])
+    r = render_all(dep)
+    decision = Decision(apply=[r.service.stamped(), r.repository_configmap.stamped()],
+                        create_shared=[r.repository_job.stamped()])
+    asyncio.run(execute(kube, kube.cache(), body, dep, decision, LOG))
+    assert [(w.verb, w.kind) for w in kube.writes()] == [
+        ("apply", "ConfigMap"), ("create", "Job"), ("apply", "Service")]
