@@ -312,7 +312,11 @@ def test_two_replicas_the_survivor_takes_over_a_build(
         start = time.monotonic()
         os.killpg(acting[0].proc.pid, signal.SIGTERM)  # a rolling update's stop
         acting[0].proc.wait(timeout=30)
-        converged(cluster, namespace, "tr")
+        try:
+            converged(cluster, namespace, "tr")
+        except TimeoutError as exc:  # what each replica did: the stopped one's last lines too
+            raise AssertionError("\n".join([str(exc), "--- stopped:", acting[0].logs()[-4000:],
+                                             "--- survivor:", survivor.logs()[-8000:]])) from exc
         took = elapsed(start)
         assert survivor.metric("tritonllm_api_calls_total", verb="apply", kind=status) > 0
     print(f"\n[fault] acting replica stopped mid-build: the other finished it in {took} s")

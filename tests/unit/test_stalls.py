@@ -295,6 +295,36 @@ def test_a_job_with_no_pod_is_asked_for_its_failed_create_events() -> None:
     assert [x.kind for x in kube.calls] == ["Event", "Event"]
 
 
+def test_passes_side_by_side_ask_once_for_a_shared_jobs_failed_create_events() -> None:
+    """The deployments that share a repository Job reconcile side by side: while one lookup of
+    its FailedCreate Events is under way the others wait for it instead of listing too, and a
+    waiter cancelled midway does not cancel it for the rest."""
+    ns, name = "team", "tritonllm-repo-k"
+    job = {"kind": "Job", "metadata": {"name": name, "namespace": ns, "uid": "j1"},
+           "status": {}}
+    refused = {"kind": "Event", "metadata": {"name": "e1", "namespace": ns},
+               "involvedObject": {"kind": "Job", "name": name, "uid": "j1"}, **event(QUOTA)}
+
+    class SlowKube(FakeKube):
+        async def list(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+            await asyncio.sleep(0.05)  # an answer that takes a while
+            return await super().list(*args, **kwargs)
+
+    kube = SlowKube([refused])
+    checks = PodChecks()
+
+    async def go() -> list[Any]:
+        first = asyncio.ensure_future(checks.job_stall(kube, ns, name, job))
+        await asyncio.sleep(0)
+        first.cancel()  # its pass is cancelled: the lookup goes on for the others
+        return await asyncio.gather(*(checks.job_stall(kube, ns, name, job) for _ in range(20)))
+
+    stalls = asyncio.run(go())
+    assert {s.reason for s in stalls} == {"QuotaExceeded"}
+    assert [x.kind for x in kube.calls] == ["Event"]
+    assert checks._asking == {}
+
+
 def test_a_job_younger_than_the_grace_period_is_not_asked_for_events() -> None:
     """The Job controller creates the pod within seconds, as a rule: no Event list before."""
     ns, name = "team", "tritonllm-repo-k"

@@ -15,6 +15,7 @@ two Secrets a deployment names (the user's token, the MPI keys) are read by name
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import time
@@ -237,6 +238,9 @@ class PodChecks:
         # message (from the watch: the PodScheduled condition; no pod list).
         self._unplaced: dict[tuple[str, str], dict[str, str]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
+        # The FailedCreate lookup under way per Job: the passes of the deployments that share a
+        # Job, run side by side, wait for one list instead of each making its own.
+        self._asking: dict[tuple[str, str], asyncio.Future[Stall | None]] = {}
         # Per Job, its pods as the watch shows them (an ended one by its phase only), until
         # deleted: what job_stall reads.
         self._job_pods: dict[tuple[str, str], dict[str, Obj]] = {}
@@ -408,6 +412,22 @@ class PodChecks:
         checked = self._jobs.get(key)
         if checked is not None and now - checked[0] < self.JOB_RECHECK_SECONDS:
             return checked[1]
+        asking = self._asking.get(key)
+        if asking is None:
+            asking = asyncio.ensure_future(self._failed_create(kube, namespace, name, job))
+            self._asking[key] = asking
+
+            def done(f: asyncio.Future[Stall | None]) -> None:
+                self._asking.pop(key, None)
+                if not f.cancelled():
+                    f.exception()  # retrieved: every waiter may have been cancelled
+
+            asking.add_done_callback(done)
+        # shielded: one waiter's pass cancelled does not cancel the lookup the others wait on
+        return await asyncio.shield(asking)
+
+    async def _failed_create(self, kube: Kube, namespace: str, name: str, job: Obj
+                             ) -> Stall | None:
         uid = job["metadata"].get("uid", "")
         fields = {"involvedObject.kind": "Job", "involvedObject.name": name,
                   "reason": "FailedCreate"}
@@ -415,7 +435,7 @@ class PodChecks:
             fields["involvedObject.uid"] = uid
         events = await kube.list("v1", "Event", namespace, labels={}, fields=fields)
         stall = job_stall([], events)
-        self._jobs[key] = (now, stall)
+        self._jobs[(namespace, name)] = (time.monotonic(), stall)
         return stall
 
     def unschedulable(
