@@ -145,6 +145,28 @@ def test_projections_keep_what_the_planner_reads_and_drop_the_rest() -> None:
             update={"annotations": {"team": "x"}})})
 
 
+def test_projections_keep_one_copy_of_the_strings_many_objects_repeat() -> None:
+    """Each watch event parses its own strings: the projections of N children keep one copy of
+    the namespace, label keys and values and the owner's kind and name, not N."""
+    import json
+
+    def child(name: str) -> dict[str, Any]:  # as a watch event parses it: its own strings
+        return dict(json.loads(json.dumps({"kind": "Service", "metadata": {
+            "name": name, "namespace": "team-a", "uid": f"u-{name}",
+            "labels": {c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.LABEL_INSTANCE: "demo"},
+            "ownerReferences": [{"kind": c.KIND, "name": "demo", "uid": "d1",
+                                 "controller": True}]}})))
+
+    a, b = (cache_module.project_child(child(n))["metadata"] for n in ("s1", "s2"))
+    assert a["namespace"] is b["namespace"]
+    for (ka, va), (kb, vb) in zip(a["labels"].items(), b["labels"].items(), strict=True):
+        assert ka is kb and va is vb
+    (oa,), (ob,) = a["ownerReferences"], b["ownerReferences"]
+    assert oa["kind"] is ob["kind"] and oa["name"] is ob["name"]
+    assert oa == {"kind": c.KIND, "name": "demo", "uid": "d1", "controller": True}
+    assert a["labels"] == {c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.LABEL_INSTANCE: "demo"}
+
+
 def test_child_events_that_change_nothing_the_planner_reads_need_no_reconcile() -> None:
     cache = Cache({})
     job = {"kind": "Job", "metadata": {"name": "j", "namespace": "ns", "resourceVersion": "1",

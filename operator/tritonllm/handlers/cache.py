@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -50,19 +51,31 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # --- projections: the fields the planner reads, in the objects' own shape ---------------------
 
 
+def _shared(text: Any) -> Any:
+    """One copy of a string that many cached objects repeat (a namespace, label keys and
+    values, an owner's kind and name): each watch event parses its own, and at N deployments
+    the projections would keep N copies of each. Anything else as it is."""
+    return sys.intern(text) if isinstance(text, str) else text
+
+
 def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
     meta = obj["metadata"]
     keep = ("name", "namespace", "uid", "resourceVersion", *extra)
     out: Obj = {k: meta[k] for k in keep if k in meta}
+    if "namespace" in out:
+        out["namespace"] = _shared(out["namespace"])
+    if "labels" in out:
+        out["labels"] = {_shared(k): _shared(v) for k, v in (out["labels"] or {}).items()}
     spec_hash = (meta.get("annotations") or {}).get(c.ANNOTATION_SPEC_HASH)
     if spec_hash is not None:
         out["annotations"] = {c.ANNOTATION_SPEC_HASH: spec_hash}
     # Whose the object is (tritonllm.plan.ownership): the managed-by label and the owners.
     managed_by = (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY)
     if managed_by is not None and "labels" not in out:
-        out["labels"] = {c.LABEL_MANAGED_BY: managed_by}
+        out["labels"] = {c.LABEL_MANAGED_BY: _shared(managed_by)}
     owners = [
-        {k: r[k] for k in ("kind", "name", "uid", "controller") if k in r}
+        {k: _shared(r[k]) if k in ("kind", "name") else r[k]
+         for k in ("kind", "name", "uid", "controller") if k in r}
         for r in meta.get("ownerReferences") or []
     ]
     if owners:
