@@ -56,10 +56,11 @@ log = logging.getLogger("tritonllm.reconcile")
 Logger = logging.LoggerAdapter[Any]
 
 # Passes in flight per client slot. A pass holds its rendered objects (about 75 kB for the CPU
-# stand-in example) while it waits for the client; 4 per slot (64 at the default concurrency,
-# about 5 MB) keeps first passes of a burst from queueing behind passes that wait to write a
-# status, which the client sends after the children of other passes.
-PASSES_PER_CLIENT_SLOT = 4
+# stand-in example) and what it observed while it waits for the client; 3 per slot (48 at the
+# default concurrency) keeps first passes of a burst from queueing behind passes that wait for
+# their writes. 4 gave the same times at N=1000 with 2 MiB more resident (docs/performance.md);
+# status writes and Events no longer hold a slot (they are sent after the pass gave it back).
+PASSES_PER_CLIENT_SLOT = 3
 # A status change of progress alone (a Job started, a pod scheduled, "1/2 replicas updated": no
 # summary condition changes its status) is held back this long, with the Events it implies, and
 # sent with the next change that matters (a condition flips, a record is kept, a Warning), or
