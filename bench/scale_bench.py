@@ -624,6 +624,8 @@ def figures(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
         "ratio_requests": (sum(conv.calls.values()) / n) / (raw.requests_per_deployment or 1),
         "reconciles_steady": steady.reconciles,
         "requests_per_reconcile_steady": steady.per_reconcile(),
+        "requests_steady": {f"{verb} {kind}": v for (verb, kind), v in sorted(steady.calls.items())
+                            if v},
         "writes_per_steady_reconcile": steady_writes / max(steady.reconciles, 1),
         "reads_per_steady_reconcile": steady_reads / max(steady.reconciles, 1),
         "writes_steady": steady_writes,
@@ -690,7 +692,8 @@ def print_figures(who: str, x: dict[str, Any]) -> None:
     print(f"API requests per steady-state reconcile ({x['reconciles_steady']:.0f} reconciles): "
           f"{x['requests_per_reconcile_steady'] or 'none'}; writes "
           f"{x['writes_per_steady_reconcile']:.2f}, reads {x['reads_per_steady_reconcile']:.2f} "
-          f"({x['writes_steady']:.0f} writes and {x['reads_steady']:.0f} reads in all)")
+          f"({x['writes_steady']:.0f} writes and {x['reads_steady']:.0f} reads in all"
+          + (f": {x['requests_steady']})" if x.get("requests_steady") else ")"))
     print(f"{who} RSS: idle {x['rss_idle_mib']:.0f} MiB, peak {x['rss_peak_mib']:.0f} MiB, "
           f"with {x['n']} deployments {x['rss_at_n_mib']:.0f} MiB")
 
