@@ -21,6 +21,7 @@ from tests.cluster.operator_harness import (
     Operator,
     prepare_namespace,
     run_operator,
+    stop,
     wait_ready,
 )
 from tests.cluster.test_operator import small
@@ -59,6 +60,21 @@ def test_operator_without_standalone_creates_its_peering_and_acts(
                      timeout=40, interval=1.0, what="one replica acts, the other is paused")
             assert a.proc.poll() is None and b.proc.poll() is None
             print(f"/healthz: a {a.health()}, b {b.health()}")
+
+            # The acting one stops (a rolling update's SIGTERM): it takes its record out of the
+            # peering object, so the other resumes at once instead of when the record expires
+            # (kopf's peering lifetime, 60 s).
+            acting, paused = (a, b) if state(a)[1] == "acting" else (b, a)
+            start = time.monotonic()
+            stop(acting.proc)
+            assert f"left KopfPeering '{PEERING}' in namespace {namespace}" in acting.logs()
+            wait_for(lambda: state(paused) == (1.0, "acting"), timeout=20, interval=0.5,
+                     what="the paused replica acts once the acting one stopped")
+            print(f"[measure] acting replica stopped -> the other acts "
+                  f"{time.monotonic() - start:.1f} s")
+            records = cluster.kubectl_json(
+                "get", "kopfpeering", PEERING, "-n", namespace).get("status") or {}
+            assert len(records) == 1, records  # the stopped replica's record is gone
 
 
 def test_operator_that_may_not_create_its_peering_exits_with_one_line(

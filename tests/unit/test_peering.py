@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tritonllm.k8s.client import KubeError
-from tritonllm.k8s.peering import PeeringMissing, ensure_peering
+from tritonllm.k8s.peering import PeeringMissing, ensure_peering, leave_peering
 
 NOT_SERVED = "the server could not find the requested resource"
 
@@ -57,6 +57,40 @@ def test_a_missing_one_is_created_per_watched_namespace_or_cluster_wide() -> Non
     assert ensure(stub, []) == ["ClusterKopfPeering 'tritonllm'"]
     assert stub.created == [{"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
                              "metadata": {"name": "tritonllm"}}]
+
+
+class Patches:
+    """Records leave_peering's merge patches; fails the namespaces named in `failing`."""
+
+    def __init__(self, failing: tuple[str, ...] = ()) -> None:
+        self.failing = failing
+        self.sent: list[tuple[str, str | None, str, Any]] = []
+
+    async def merge_patch(self, api_version: str, kind: str, namespace: str | None, name: str,
+                          body: Any) -> None:
+        if namespace in self.failing:
+            raise KubeError(503, "Service Unavailable", "")
+        self.sent.append((kind, namespace, name, body))
+
+
+def test_a_stopping_replica_takes_its_record_out_of_each_peering_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A merge patch that nulls the replica's key under status (kopf keeps one record per
+    replica there): the paused peers see the change at once. A failure is a warning, and the
+    other namespaces are still left."""
+    kube = Patches(failing=("team-b",))
+    left = asyncio.run(leave_peering(kube, "tritonllm", ["team-a", "team-b", "team-c"],  # type: ignore[arg-type]
+                                     "pod-1"))
+    assert left == ["KopfPeering 'tritonllm' in namespace team-a",
+                    "KopfPeering 'tritonllm' in namespace team-c"]
+    assert kube.sent == [("KopfPeering", ns, "tritonllm", {"status": {"pod-1": None}})
+                         for ns in ("team-a", "team-c")]
+    assert "could not leave KopfPeering 'tritonllm' in namespace team-b" in caplog.text
+    kube = Patches()
+    assert asyncio.run(leave_peering(kube, "tritonllm", [], "pod-1")) == [  # type: ignore[arg-type]
+        "ClusterKopfPeering 'tritonllm'"]
+    assert kube.sent == [("ClusterKopfPeering", None, "tritonllm", {"status": {"pod-1": None}})]
 
 
 def refusal(stub: Stub, namespaces: list[str]) -> str:

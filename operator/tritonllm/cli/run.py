@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import sys
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 from tritonllm.api.settings import OperatorSettings
 
@@ -109,11 +111,18 @@ def run(args: argparse.Namespace) -> int:
         if settings.leader_election:
             await _elected(settings, args.kubeconfig, liveness)
             return
+        identity = None
         if settings.peering:
             await _peering_ready(settings, args.kubeconfig)
+            identity = _identity()
+            # as soon as the last pass is over, on SIGTERM: the next peer resumes at once
+            operator.when_stopped(functools.partial(
+                _leave_peering, settings, args.kubeconfig, identity))
         await kopf.operator(
             standalone=not settings.peering,
             peering_name=settings.peering or None,
+            # kopf's Identity is a NewType of str that it does not export
+            identity=cast(Any, identity),
             namespaces=settings.namespaces,
             clusterwide=not settings.namespaces,
             liveness_endpoint=liveness,
@@ -143,7 +152,6 @@ async def _elected(
     raises LeaseLost (the process exits 1; its restart waits as a standby); a stop of kopf
     (SIGTERM) releases the Lease, so the standby takes over at once."""
     import logging
-    import socket
 
     import kopf
 
@@ -151,7 +159,7 @@ async def _elected(
     from tritonllm.k8s.client import Kube
     from tritonllm.k8s.lease import LeaderLease, LeaseLost
 
-    identity = os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
+    identity = _identity()
     kube = Kube.from_kubeconfig(kubeconfig, concurrency=2, timeout=settings.lease_seconds / 3)
     namespace = settings.leader_election_namespace or next(iter(settings.namespaces), "default")
     lease = LeaderLease(kube, namespace, settings.leader_election, identity,
@@ -202,6 +210,30 @@ async def _standby_health(settings: OperatorSettings) -> AsyncIterator[None]:
         yield
     finally:
         await runner.cleanup()
+
+
+def _identity() -> str:
+    """This replica's name in the Lease and in kopf's peering: the pod's name (the chart sets
+    POD_ID from it), else host and process."""
+    import socket
+
+    return os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _leave_peering(settings: OperatorSettings, kubeconfig: str | None, identity: str
+                         ) -> None:
+    import logging
+
+    from tritonllm.k8s.client import Kube
+    from tritonllm.k8s.peering import leave_peering
+
+    kube = Kube.from_kubeconfig(kubeconfig, concurrency=1, timeout=settings.api_timeout_seconds)
+    try:
+        left = await leave_peering(kube, settings.peering, settings.namespaces, identity)
+    finally:
+        await kube.close()
+    for what in left:
+        logging.getLogger("tritonllm.peering").info("left %s as %s", what, identity)
 
 
 async def _peering_ready(settings: OperatorSettings, kubeconfig: str | None) -> None:

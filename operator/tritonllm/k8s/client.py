@@ -439,6 +439,15 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    async def merge_patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any
+    ) -> None:
+        """A JSON merge patch (RFC 7386: a null removes the key) of a whole object."""
+        await self._call(
+            "patch", kind, "PATCH", path_for(api_version, kind, namespace, name), body=body,
+            content_type="application/merge-patch+json",
+        )
+
     async def scale(
         self, api_version: str, kind: str, namespace: str, name: str, replicas: int
     ) -> None:

@@ -9,14 +9,24 @@ says nothing. So `tritonllm run` (unless --standalone) looks for it first and
 - does not find it and may create it: creates it (an empty object; kopf fills its status);
 - may not create it, or its CRD is not installed: refuses to start, with one line naming the
   object and the two ways out (create it, or run with --standalone).
+
+On a clean stop the replica also takes its own record out of the object (`leave_peering`), as
+soon as its last pass is over: kopf's own removal on exit is given up when its shutdown cancels
+it a second time, which a slow API server makes likely, and the paused peers then wait for the
+record to expire (kopf's peering lifetime, 60 s) before one takes over.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+
+import aiohttp
 
 from .client import PEERING_API_VERSION as API_VERSION
 from .client import Kube, KubeError
+
+log = logging.getLogger(__name__)
 
 NAMESPACED = "KopfPeering"
 CLUSTER = "ClusterKopfPeering"
@@ -87,3 +97,22 @@ def _refusal(peering: _Peering, exc: KubeError) -> str:
     return (f"{peering.what()} does not exist and this operator {why} ({exc.status} "
             f"{exc.reason}: {exc.message.strip()}); without it every replica stays paused: "
             f"{peering.ways_out()}")
+
+
+async def leave_peering(kube: Kube, name: str, namespaces: list[str], identity: str) -> list[str]:
+    """Take this replica's record out of its peering objects (kopf keeps one per replica under
+    `status`, keyed by its identity): each paused peer sees the change and the one with the
+    highest priority resumes at once. Returns what was left (for the log); a failure is logged,
+    and the peers then take over when the record expires."""
+    left = []
+    scopes: list[str | None] = list(namespaces) or [None]
+    for namespace in scopes:
+        peering = _Peering(name, namespace)
+        try:
+            await kube.merge_patch(API_VERSION, peering.kind, namespace, name,
+                                   {"status": {identity: None}})
+            left.append(peering.what())
+        except (KubeError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("could not leave %s (%s): the peers take over when this replica's "
+                        "record expires", peering.what(), str(exc) or type(exc).__name__)
+    return left
