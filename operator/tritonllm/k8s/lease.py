@@ -136,7 +136,7 @@ class LeaderLease:
                              self.identity)
                     return
             except RETRIED as exc:
-                log.warning("Lease %s/%s: %s", self.namespace, self.name, _said(exc))
+                log.warning("Lease %s/%s: %s", self.namespace, self.name, said(exc))
             await asyncio.sleep(self.retry_every)
 
     async def keep(self) -> None:
@@ -160,7 +160,7 @@ class LeaderLease:
                     continue
             except RETRIED as exc:
                 log.warning("could not renew Lease %s/%s: %s", self.namespace, self.name,
-                            _said(exc))
+                            said(exc))
             if self.clock() - renewed >= self.renew_deadline:
                 raise LeaseLost(
                     f"Lease {self.namespace}/{self.name} not renewed for "
@@ -180,9 +180,9 @@ class LeaderLease:
             log.info("released Lease %s/%s", self.namespace, self.name)
         except RETRIED as exc:
             log.warning("could not release Lease %s/%s: %s", self.namespace, self.name,
-                        _said(exc))
+                        said(exc))
 
 
-def _said(exc: BaseException) -> str:
+def said(exc: BaseException) -> str:
     """An error in a log line: a timeout's str() is empty."""
     return str(exc) or type(exc).__name__

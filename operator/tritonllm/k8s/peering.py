@@ -21,10 +21,9 @@ from __future__ import annotations
 import json
 import logging
 
-import aiohttp
-
 from .client import PEERING_API_VERSION as API_VERSION
 from .client import Kube, KubeError
+from .lease import RETRIED, said
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ async def leave_peering(kube: Kube, name: str, namespaces: list[str], identity: 
             await kube.merge_patch(API_VERSION, peering.kind, namespace, name,
                                    {"status": {identity: None}})
             left.append(peering.what())
-        except (KubeError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except RETRIED as exc:
             log.warning("could not leave %s (%s): the peers take over when this replica's "
-                        "record expires", peering.what(), str(exc) or type(exc).__name__)
+                        "record expires", peering.what(), said(exc))
     return left
