@@ -8,7 +8,10 @@ skip for lack of binaries: they build them.
 ``TRITONLLM_TEST_CLUSTER`` picks the cluster name (default ``pytest``). A cluster that already
 runs under that name is reused and left running; one started here is stopped at session end, and
 the teardown checks that nothing of it is left on the host (processes, mounts, cgroups, the
-bridge, veths, iptables rules). The cluster has a real node (kubelet + containerd) beside the
+bridge, veths, iptables rules). With workers (``pytest -n``, as `scripts/test` runs), the first
+worker that needs the cluster starts it and the controlling process stops and checks it once
+every worker is done; tests/lanes.py says which tests run side by side and which take the
+cluster for themselves. The cluster has a real node (kubelet + containerd) beside the
 kwok nodes; ``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests then fail).
 """
 
@@ -17,16 +20,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
 
+from tests import lanes
 from tests.helpers import pyz
 from tritonllm_dev import host, images
 from tritonllm_dev.build import ensure_all
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import fresh_namespace
+from tritonllm_dev.versions import cache_root
 
 __all__ = ["pyz"]  # fixtures every tier shares (tests/helpers.py)
 
@@ -39,6 +46,40 @@ def _cluster_tests_selected(session: pytest.Session) -> bool:
     )
 
 
+CLUSTER_NAME = os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest")
+#: Where the workers of a run meet: the cluster lock, who started the cluster.
+LOCKS = cache_root() / "locks" / CLUSTER_NAME
+#: The run's id, set by the controlling process and inherited by its workers.
+RUN_ENV = "TRITONLLM_TEST_RUN"
+_cluster_lock = lanes.ClusterLock(LOCKS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controlling process (or a run without workers)
+        os.environ[RUN_ENV] = uuid.uuid4().hex
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    lanes.assign(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    mode = lanes.lock_mode(item)
+    if mode is not None:
+        waited = _cluster_lock.hold(mode)
+        if waited > lanes.SLOW_WAIT_S:
+            item.add_report_section("setup", "cluster lock", f"waited {waited:.1f} s ({mode})")
+    try:
+        yield
+    finally:
+        if mode != "exclusive" or lanes.lock_mode(nextitem) != "exclusive":
+            _cluster_lock.release()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not _cluster_tests_selected(session):
         return
@@ -47,7 +88,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if ctx is None:
         ensure_all()
         return  # pragma: no cover - pytest always has its capture manager
-    with ctx:
+    # Every worker collects: one builds (or finds the cache), the others wait for it.
+    with ctx, lanes.file_lock(LOCKS / "build.lock"):
         ensure_all(
             progress=lambda msg: print(f"[cluster build] {msg}", file=sys.stderr, flush=True)
         )
@@ -62,11 +104,44 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _instance() -> LocalCluster:
+    real = os.environ.get("TRITONLLM_TEST_REAL_NODE", "1") != "0"
+    return LocalCluster(name=CLUSTER_NAME, real_node=real)
+
+
+def _stop_and_check(instance: LocalCluster) -> list[str]:
+    """Stop a cluster this run started; what was left of it (empty when nothing)."""
+    problems: list[str] = []
+    left = instance.down()
+    if left:
+        problems.append(f"cluster processes survived teardown: {left}")
+    strays = instance.stray_processes()
+    if strays:
+        problems.append(f"processes of the test cluster left running: {strays}")
+    problems += instance.host_problems
+    leftovers = host.leftovers(instance.state_dir)
+    if leftovers:
+        problems.append(f"left on the host after `down`: {leftovers}")
+    return problems
+
+
+def _owner_file() -> Path:
+    return LOCKS / "started-by"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     """The running local cluster: ``.kubeconfig``, ``.kubectl(*args)``, ``.apply(objs)``..."""
-    real = os.environ.get("TRITONLLM_TEST_REAL_NODE", "1") != "0"
-    instance = LocalCluster(name=os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest"), real_node=real)
+    instance = _instance()
+    if lanes.worker() is not None:
+        # A worker: the first to get here starts the cluster; the controlling process stops it
+        # once every worker is done (pytest_sessionfinish below).
+        with lanes.file_lock(LOCKS / "start.lock"):
+            if not instance.is_running():
+                instance.up()
+                _owner_file().write_text(os.environ.get(RUN_ENV, ""))
+        yield instance
+        return
     started = not instance.is_running()
     previous = signal.getsignal(signal.SIGTERM)
     if started:
@@ -78,14 +153,34 @@ def cluster() -> Iterator[LocalCluster]:
         yield instance
     finally:
         if started:
-            left = instance.down()
+            problems = _stop_and_check(instance)
             signal.signal(signal.SIGTERM, previous)
-            assert not left, f"cluster processes survived teardown: {left}"
-            strays = instance.stray_processes()
-            assert not strays, f"processes of the test cluster left running: {strays}"
-            assert not instance.host_problems, instance.host_problems
-            leftovers = host.leftovers(instance.state_dir)
-            assert not leftovers, f"left on the host after `down`: {leftovers}"
+            assert not problems, "\n".join(problems)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or not session.config.getoption("numprocesses", None):
+        return
+    # The controlling process of a run with workers: a CI runner's SIGTERM still stops the
+    # cluster the workers started (pytest_sessionfinish).
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has stopped the workers
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return
+    owner = _owner_file()
+    if not owner.is_file() or owner.read_text() != os.environ.get(RUN_ENV):
+        return
+    owner.unlink()
+    problems = _stop_and_check(_instance())
+    if problems:
+        reporter = session.config.pluginmanager.getplugin("terminalreporter")
+        for line in problems:
+            if reporter is not None:
+                reporter.write_line(f"cluster teardown: {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

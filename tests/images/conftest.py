@@ -5,7 +5,8 @@ to run a rendered pod's containers from those images with `buildah run --isolati
 The images are built (or found in the content cache) once, right after collection and outside the
 per-test timeout, with progress on the terminal, like the cluster tier's binaries. The tests then
 push them to their own registry and measure the second, cached, call. The figures (build, push,
-cached times; sizes) are printed at the end of the session.
+cached times; sizes) are printed at the end of the session (of a run without workers: under
+`pytest -n` they stay in the worker that ran the tier; `pytest tests/images` prints them).
 """
 
 from __future__ import annotations

@@ -1,0 +1,168 @@
+"""How the test tiers share one local cluster when pytest runs them side by side (``-n``).
+
+`scripts/test` runs pytest with workers (pytest-xdist, ``--dist loadgroup``). Every test that
+needs the cluster goes into a lane, and each lane runs its tests one after another on one
+worker, as a plain run would:
+
+- ``kwok-operator`` and ``kwok``: the tests whose pods run on the simulated GPU nodes
+  (``tests/cluster/test_operator.py`` in the first, the others, Argo CD's included, in the
+  second). Two lanes share the kwok nodes' GPUs (16 H100s, 4 A100s): each test in them asks for
+  a few at a time; the tests that take them all (a fifth 4-GPU replica left Pending, a tp 8 x
+  pp 2 group) are exclusive.
+- ``real-node``: the tests whose pods run on the real node (kubelet, containerd, tritonserver on
+  its CPU). One lane, because its stand-in GPUs and its CPU are one machine's.
+- ``exclusive``: the tests that change what every namespace shares (the API server's restart, a
+  lost node, the CRDs replaced, operators and autoscalers that act on every namespace, the
+  cluster itself stopped and started). Each takes the cluster for itself: it waits until no
+  other cluster test runs, and no other cluster test starts until it ends (below).
+
+Tests in the three shared lanes run at the same time, each in its own namespace with its own
+operator watching only that namespace (Argo CD's test installs the chart with
+``settings.namespaces`` set to its namespace; Argo CD itself only reads the rest). The tiers
+without a cluster (unit, contract, chart rendering) spread over the workers test by test; the
+real tritonserver (``triton``) and image (``images``) tiers get a lane each, as their processes
+share the host's ports and build store.
+
+The cluster-wide lock is a readers-writer lock (flock) on two files in
+``~/.cache/tritonllm/locks/<cluster>/``:
+a shared-lane test holds it shared for its run, an exclusive test holds it exclusively, and a
+turnstile taken first keeps a waiting exclusive test from being overtaken by new shared ones.
+An exclusive test keeps the lock while the next test on its worker is exclusive too, so the
+exclusive lane drains the others once rather than once per test. A plain ``pytest`` run (no
+workers) takes the same locks, never waits, and behaves as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+#: Cluster tests whose pods run on the real node (path prefixes, from the repository root).
+REAL_NODE = ("tests/cluster/test_real_",)
+
+#: Cluster tests that take the whole cluster, and why (path prefixes or node ids).
+EXCLUSIVE = {
+    "tests/cluster/test_faults.py::test_api_server_restart": "restarts the API server",
+    "tests/cluster/test_faults.py::test_node_lost": "deletes a GPU node and brings it back",
+    "tests/cluster/test_faults.py::test_a_refused_finalizer": "an admission policy on every "
+    "namespace's deployments",
+    "tests/cluster/test_real_node.py::test_down_then_up": "stops and starts the whole cluster",
+    "tests/cluster/test_local_cluster.py::test_cli_up_down": "starts a second cluster on the host",
+    "tests/cluster/test_local_cluster.py::test_only_loopback": "lists every listener on the host",
+    "tests/chart/": "the chart's operator watches every namespace; the upgrade replaces the CRDs",
+    "tests/cluster/test_operator.py::test_a_serving_pod_the_scheduler_cannot_place": "takes "
+    "all 16 H100s",
+    "tests/cluster/test_network_policy.py": "a tp 8 x pp 2 group: all 16 H100s",
+    "tests/autoscaling/": "prometheus-adapter serves the cluster's metrics APIs, KEDA acts on "
+    "every namespace's ScaledObjects",
+}
+
+#: Cluster tests in a lane of their own (path prefixes); the other kwok tests go to ``kwok``.
+KWOK_LANES = {"tests/cluster/test_operator.py": "kwok-operator"}
+
+#: Host-level tiers that need no cluster but share the host with themselves.
+HOST_LANES = {"tests/triton/": "triton", "tests/images/": "images"}
+
+#: A test whose wait for the cluster lock passes this is told so in its report.
+SLOW_WAIT_S = 1.0
+
+
+def _path(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def needs_cluster(item: pytest.Item) -> bool:
+    return bool(item.get_closest_marker("cluster") or item.get_closest_marker("gitops"))
+
+
+def lane(item: pytest.Item) -> str | None:
+    """The lane an item runs in; None for a test that may run anywhere."""
+    path = _path(item)
+    if needs_cluster(item):
+        if any(item.nodeid.startswith(p) for p in EXCLUSIVE):
+            return "exclusive"
+        if path.startswith(REAL_NODE):
+            return "real-node"
+        return next((n for prefix, n in KWOK_LANES.items() if path.startswith(prefix)), "kwok")
+    return next((name for prefix, name in HOST_LANES.items() if path.startswith(prefix)), None)
+
+
+def assign(items: list[pytest.Item]) -> None:
+    """Put each item in its lane: an ``xdist_group`` marker (kept together on one worker under
+    ``--dist loadgroup``; ignored without workers)."""
+    for item in items:
+        name = lane(item)
+        if name is not None:
+            item.add_marker(pytest.mark.xdist_group(name))
+
+
+class ClusterLock:
+    """The readers-writer lock the cluster tests of one cluster share (see the module doc)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._paths = (directory / "tests.turnstile.lock", directory / "tests.lock")
+        self._files: tuple[IO[bytes], IO[bytes]] | None = None
+        self.mode: str | None = None
+
+    def _open(self) -> tuple[IO[bytes], IO[bytes]]:
+        if self._files is None:
+            a, b = (open(p, "ab") for p in self._paths)  # noqa: SIM115 - held for the session
+            self._files = (a, b)
+        return self._files
+
+    def hold(self, mode: str) -> float:
+        """Take the lock (``shared`` or ``exclusive``) unless held so already; the seconds
+        waited."""
+        if self.mode == mode:
+            return 0.0
+        self.release()
+        turnstile, main = self._open()
+        start = time.monotonic()
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if mode == "exclusive":
+            fcntl.flock(main, fcntl.LOCK_EX)  # the turnstile stays held: no new shared holder
+        else:
+            fcntl.flock(main, fcntl.LOCK_SH)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        self.mode = mode
+        return time.monotonic() - start
+
+    def release(self) -> None:
+        if self.mode is None or self._files is None:
+            return
+        turnstile, main = self._files
+        fcntl.flock(main, fcntl.LOCK_UN)
+        if self.mode == "exclusive":
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        self.mode = None
+
+
+def lock_mode(item: pytest.Item | None) -> str | None:
+    if item is None or not needs_cluster(item):
+        return None
+    return "exclusive" if lane(item) == "exclusive" else "shared"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` for the block (one worker at a time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def worker() -> str | None:
+    """This process's pytest-xdist worker id (``gw0``...), None outside a worker."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
