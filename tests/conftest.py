@@ -89,7 +89,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         ensure_all()
         return  # pragma: no cover - pytest always has its capture manager
     # Every worker collects: one builds (or finds the cache), the others wait for it.
-    with ctx, lanes.file_lock(LOCKS / "build.lock"):
+    with ctx, lanes.file_lock(lanes.BUILD_LOCK):
         ensure_all(
             progress=lambda msg: print(f"[cluster build] {msg}", file=sys.stderr, flush=True)
         )

@@ -44,6 +44,12 @@ from typing import IO
 
 import pytest
 
+from tritonllm_dev.versions import cache_root
+
+#: Held by a worker while it builds or checks the cached binaries and images: the workers of a
+#: run all collect, and one builds while the others wait for its cache.
+BUILD_LOCK = cache_root() / "locks" / "build.lock"
+
 #: Cluster tests whose pods run on the real node (path prefixes, from the repository root).
 REAL_NODE = ("tests/cluster/test_real_",)
 

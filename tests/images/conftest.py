@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import lanes
 from tests.helpers import cmdline, descendants, free_port, pids
 from tritonllm_dev import images, oci
 from tritonllm_dev.versions import REGISTRY
@@ -42,7 +43,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     capman = session.config.pluginmanager.getplugin("capturemanager")
     ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-    with ctx:
+    # Under `pytest -n` every worker collects: one builds, the others find its cache.
+    with ctx, lanes.file_lock(lanes.BUILD_LOCK):
         t0 = time.monotonic()
         try:
             results = images.ensure_images_report(
