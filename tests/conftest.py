@@ -17,6 +17,7 @@ kwok nodes; ``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -70,14 +71,24 @@ def pytest_runtest_protocol(
 ) -> Generator[None, None, None]:
     mode = lanes.lock_mode(item)
     if mode is not None:
-        waited = _cluster_lock.hold(mode)
+        waited = _cluster_lock.hold(mode, item.nodeid, lambda why: _say(item.config, why))
         if waited > lanes.SLOW_WAIT_S:
             item.add_report_section("setup", "cluster lock", f"waited {waited:.1f} s ({mode})")
+            _say(item.config, f"{item.nodeid} got the cluster after {waited:.1f} s")
     try:
         yield
     finally:
         if mode != "exclusive" or lanes.lock_mode(nextitem) != "exclusive":
             _cluster_lock.release()
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """A line on the terminal now, from a worker too (its stderr is the run's): what a lane
+    waits for is never silent."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+    with ctx:
+        print(f"[cluster lock] {lanes.worker() or 'main'}: {line}", file=sys.stderr, flush=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -38,7 +38,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -115,6 +115,7 @@ class ClusterLock:
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self._paths = (directory / "tests.turnstile.lock", directory / "tests.lock")
+        self._holder = directory / "exclusive-holder"  # who holds it exclusively, and since when
         self._files: tuple[IO[bytes], IO[bytes]] | None = None
         self.mode: str | None = None
 
@@ -124,19 +125,44 @@ class ClusterLock:
             self._files = (a, b)
         return self._files
 
-    def hold(self, mode: str) -> float:
-        """Take the lock (``shared`` or ``exclusive``) unless held so already; the seconds
-        waited."""
+    def holder(self) -> str:
+        """The exclusive test that holds the lock or last held it, with when it took it."""
+        try:
+            return self._holder.read_text()
+        except OSError:
+            return "none recorded"
+
+    def hold(
+        self, mode: str, who: str = "", on_wait: Callable[[str], None] | None = None
+    ) -> float:
+        """Take the lock (``shared`` or ``exclusive``) for test `who` unless held so already; the
+        seconds waited. When it must wait, ``on_wait`` hears once why."""
         if self.mode == mode:
             return 0.0
         self.release()
         turnstile, main = self._open()
         start = time.monotonic()
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        told = False
+
+        def take(f: IO[bytes], op: int) -> None:
+            nonlocal told
+            try:
+                fcntl.flock(f, op | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if on_wait is not None and not told:
+                    told = True
+                    busy = (f"an exclusive test ({self.holder()})" if f is turnstile or
+                            mode == "shared" else "the shared lanes' running tests")
+                    on_wait(f"{who} waits ({mode}) for {busy} to end")
+            fcntl.flock(f, op)
+
+        take(turnstile, fcntl.LOCK_EX)
         if mode == "exclusive":
-            fcntl.flock(main, fcntl.LOCK_EX)  # the turnstile stays held: no new shared holder
+            self._holder.write_text(f"{who}, since {time.strftime('%H:%M:%S')}")
+            take(main, fcntl.LOCK_EX)  # the turnstile stays held: no new shared holder
         else:
-            fcntl.flock(main, fcntl.LOCK_SH)
+            take(main, fcntl.LOCK_SH)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         self.mode = mode
         return time.monotonic() - start

@@ -50,10 +50,10 @@ def test_each_cluster_test_has_its_lane() -> None:
 
 
 def _hold_in_thread(
-    lock: lanes.ClusterLock, mode: str, log: list[str], tag: str
+    lock: lanes.ClusterLock, mode: str, log: list[str], tag: str, said: list[str] | None = None
 ) -> threading.Thread:
     def run() -> None:
-        lock.hold(mode)
+        lock.hold(mode, tag, None if said is None else said.append)
         log.append(tag)
 
     t = threading.Thread(target=run, daemon=True)
@@ -64,21 +64,27 @@ def _hold_in_thread(
 def test_exclusive_waits_for_shared_and_blocks_new_shared(tmp_path: Path) -> None:
     first, writer, late = (lanes.ClusterLock(tmp_path) for _ in range(3))
     log: list[str] = []
-    assert first.hold("shared") < 1
-    w = _hold_in_thread(writer, "exclusive", log, "exclusive")
+    said: list[str] = []
+    assert first.hold("shared", "t::first", said.append) < 1
+    assert said == []  # nothing to wait for, nothing said
+    w = _hold_in_thread(writer, "exclusive", log, "t::exclusive", said)
     time.sleep(0.3)
     assert log == []  # the running shared test keeps it out
-    r = _hold_in_thread(late, "shared", log, "late shared")
+    # ...and the wait is said at once, with what it waits for
+    assert said == ["t::exclusive waits (exclusive) for the shared lanes' running tests to end"]
+    r = _hold_in_thread(late, "shared", log, "t::late", said)
     time.sleep(0.3)
     assert log == []  # the turnstile: a new shared test does not overtake the waiting writer
+    assert said[1].startswith("t::late waits (shared) for an exclusive test (t::exclusive, since ")
     first.release()
     w.join(5)
-    assert log == ["exclusive"]
+    assert log == ["t::exclusive"]
     time.sleep(0.3)
-    assert log == ["exclusive"]  # still exclusive
+    assert log == ["t::exclusive"]  # still exclusive
     writer.release()
     r.join(5)
-    assert log == ["exclusive", "late shared"]
+    assert log == ["t::exclusive", "t::late"]
+    assert len(said) == 2  # each waiter said it once
     late.release()
 
 
