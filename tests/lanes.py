@@ -28,8 +28,9 @@ The cluster-wide lock is a readers-writer lock (flock) on two files in
 a shared-lane test holds it shared for its run, an exclusive test holds it exclusively, and a
 turnstile taken first keeps a waiting exclusive test from being overtaken by new shared ones.
 An exclusive test keeps the lock while the next test on its worker is exclusive too, so the
-exclusive lane drains the others once rather than once per test. A plain ``pytest`` run (no
-workers) takes the same locks, never waits, and behaves as before.
+exclusive lane drains the others once rather than once per test. A worker that must wait says
+so on the terminal at once, with the test it waits for. A plain ``pytest`` run (no workers)
+takes the same locks, never waits, and behaves as before.
 """
 
 from __future__ import annotations
