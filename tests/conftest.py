@@ -88,7 +88,8 @@ def _say(config: pytest.Config, line: str) -> None:
     capman = config.pluginmanager.getplugin("capturemanager")
     ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
     with ctx:
-        print(f"[cluster lock] {lanes.worker() or 'main'}: {line}", file=sys.stderr, flush=True)
+        # a line of its own: the progress dots do not end theirs
+        print(f"\n[cluster lock] {lanes.worker() or 'main'}: {line}", file=sys.stderr, flush=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
