@@ -17,13 +17,11 @@ kwok nodes; ``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import uuid
 from collections.abc import Generator, Iterator
-from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -50,6 +48,8 @@ def _cluster_tests_selected(session: pytest.Session) -> bool:
 CLUSTER_NAME = os.environ.get("TRITONLLM_TEST_CLUSTER", "pytest")
 #: Where the workers of a run meet: the cluster lock, who started the cluster.
 LOCKS = cache_root() / "locks" / CLUSTER_NAME
+#: The run's id of the run whose worker started the cluster (its controlling process stops it).
+OWNER = LOCKS / "started-by"
 #: The run's id, set by the controlling process and inherited by its workers.
 RUN_ENV = "TRITONLLM_TEST_RUN"
 _cluster_lock = lanes.ClusterLock(LOCKS)
@@ -83,11 +83,8 @@ def pytest_runtest_protocol(
 
 
 def _say(config: pytest.Config, line: str) -> None:
-    """A line on the terminal now, from a worker too (its stderr is the run's): what a lane
-    waits for is never silent."""
-    capman = config.pluginmanager.getplugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
-    with ctx:
+    """A line on the terminal now: what a lane waits for is never silent."""
+    with lanes.uncaptured(config):
         # a line of its own: the progress dots do not end theirs
         print(f"\n[cluster lock] {lanes.worker() or 'main'}: {line}", file=sys.stderr, flush=True)
 
@@ -95,13 +92,8 @@ def _say(config: pytest.Config, line: str) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not _cluster_tests_selected(session):
         return
-    capman = session.config.pluginmanager.getplugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else None
-    if ctx is None:
-        ensure_all()
-        return  # pragma: no cover - pytest always has its capture manager
     # Every worker collects: one builds (or finds the cache), the others wait for it.
-    with ctx, lanes.file_lock(lanes.BUILD_LOCK):
+    with lanes.uncaptured(session.config), lanes.file_lock(lanes.BUILD_LOCK):
         ensure_all(
             progress=lambda msg: print(f"[cluster build] {msg}", file=sys.stderr, flush=True)
         )
@@ -137,10 +129,6 @@ def _stop_and_check(instance: LocalCluster) -> list[str]:
     return problems
 
 
-def _owner_file() -> Path:
-    return LOCKS / "started-by"
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     """The running local cluster: ``.kubeconfig``, ``.kubectl(*args)``, ``.apply(objs)``..."""
@@ -151,7 +139,7 @@ def cluster() -> Iterator[LocalCluster]:
         with lanes.file_lock(LOCKS / "start.lock"):
             if not instance.is_running():
                 instance.up()
-                _owner_file().write_text(os.environ.get(RUN_ENV, ""))
+                OWNER.write_text(os.environ.get(RUN_ENV, ""))
         yield instance
         return
     started = not instance.is_running()
@@ -182,10 +170,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if hasattr(session.config, "workerinput"):
         return
-    owner = _owner_file()
-    if not owner.is_file() or owner.read_text() != os.environ.get(RUN_ENV):
+    if not OWNER.is_file() or OWNER.read_text() != os.environ.get(RUN_ENV):
         return
-    owner.unlink()
+    OWNER.unlink()
     problems = _stop_and_check(_instance())
     if problems:
         reporter = session.config.pluginmanager.getplugin("terminalreporter")

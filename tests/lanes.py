@@ -196,6 +196,13 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def uncaptured(config: pytest.Config) -> contextlib.AbstractContextManager[object]:
+    """pytest's output capture off for the block: what is printed reaches the terminal now (from
+    a worker too: its stderr is the run's)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    return capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
+
+
 def worker() -> str | None:
     """This process's pytest-xdist worker id (``gw0``...), None outside a worker."""
     return os.environ.get("PYTEST_XDIST_WORKER")

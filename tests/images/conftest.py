@@ -41,10 +41,8 @@ def _selected(session: pytest.Session) -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if not _selected(session):
         return
-    capman = session.config.pluginmanager.getplugin("capturemanager")
-    ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
     # Under `pytest -n` every worker collects: one builds, the others find its cache.
-    with ctx, lanes.file_lock(lanes.BUILD_LOCK):
+    with lanes.uncaptured(session.config), lanes.file_lock(lanes.BUILD_LOCK):
         t0 = time.monotonic()
         try:
             results = images.ensure_images_report(
