@@ -130,13 +130,14 @@ def _stop_and_check(instance: LocalCluster) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
     """The running local cluster: ``.kubeconfig``, ``.kubectl(*args)``, ``.apply(objs)``..."""
     instance = _instance()
     if lanes.worker() is not None:
         # A worker: the first to get here starts the cluster; the controlling process stops it
         # once every worker is done (pytest_sessionfinish below).
-        with lanes.file_lock(LOCKS / "start.lock"):
+        said = "waits for another worker to start the cluster"
+        with lanes.file_lock(LOCKS / "start.lock", lambda: _say(request.config, said)):
             if not instance.is_running():
                 instance.up()
                 OWNER.write_text(os.environ.get(RUN_ENV, ""))

@@ -185,11 +185,17 @@ def lock_mode(item: pytest.Item | None) -> str | None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive flock on `path` for the block (one worker at a time)."""
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive flock on `path` for the block (one worker at a time); ``on_wait`` is called
+    first when another worker holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:

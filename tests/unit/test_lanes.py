@@ -133,3 +133,22 @@ def test_pytest_xdist_keeps_a_lane_on_one_worker(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1, workers
+
+
+def test_a_file_lock_held_elsewhere_is_said_before_the_wait(tmp_path: Path) -> None:
+    said: list[str] = []
+    path = tmp_path / "start.lock"
+    with lanes.file_lock(path, lambda: said.append("waits")):
+        assert said == []  # free: nothing said
+        got = threading.Event()
+
+        def other() -> None:
+            with lanes.file_lock(path, lambda: said.append("waits")):
+                got.set()
+
+        t = threading.Thread(target=other, daemon=True)
+        t.start()
+        time.sleep(0.3)
+        assert said == ["waits"] and not got.is_set()
+    t.join(5)
+    assert got.is_set()
