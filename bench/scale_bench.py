@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import re
@@ -61,6 +62,7 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 from tritonllm.render import Manifest, RenderOptions, naming, render_all
 from tritonllm.render.engine import engine_record
+from tritonllm.render.events import event
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.manifests import DEFAULT_NODES, H100, NodeSpec, node_manifest
 
@@ -381,6 +383,54 @@ class Side:
     # the peer: the API server's requests per deployment while it converged, from every client
     apiserver: dict[str, float] = field(default_factory=dict)
     requests_per_deployment: float = 0.0  # the raw side: its applies
+    # CPU seconds each process spent from the apply to all Ready (the cluster's and the side's
+    # operator): where the 2 cores went
+    cpu: dict[str, float] = field(default_factory=dict)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cluster_processes(cluster: LocalCluster) -> dict[int, str]:
+    """pid -> name of the local cluster's processes (their command lines name its directory)."""
+    mark = str(cluster.kubeconfig.parent) + "/"
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            if mark in cmdline:
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+    return found
+
+
+def cpu_seconds(pids: dict[int, str]) -> dict[str, float]:
+    """user + system CPU seconds so far of each named process (summed by name)."""
+    out: dict[str, float] = {}
+    for pid, name in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
+
+
+@contextlib.contextmanager
+def cpu_spent(cluster: LocalCluster, side: dict[str, float], **own: int) -> Iterator[None]:
+    """Fill `side` with the CPU seconds the cluster's processes (and `own`: name=pid) spend
+    while the block runs."""
+    pids = {**cluster_processes(cluster), os.getpid(): "bench (applies, watches)",
+            **{pid: name for name, pid in own.items()}}
+    before = cpu_seconds(pids)
+    try:
+        yield
+    finally:
+        after = cpu_seconds(pids)
+        side.update({k: round(v - before.get(k, 0.0), 1) for k, v in after.items()})
 
 
 @contextlib.contextmanager
@@ -424,11 +474,111 @@ def run_raw(cluster: LocalCluster, n: int, namespace: str, timeout: float) -> Si
                          if o is not None and (o.kind, o.name) not in applied]
         applied.update((o.kind, o.name) for o in objs if o is not None)
         children[name] = children_of(name, r.repository_key)
-    with watched(cluster, namespace, side="raw") as timeline:
+    cpu: dict[str, float] = {}
+    with watched(cluster, namespace, side="raw") as timeline, cpu_spent(cluster, cpu):
         t0 = time.monotonic()
         started = asyncio.run(apply_all(cluster.kubeconfig, batches))
         side = measure(timeline, started, children, t0, timeout)
+    side.cpu = cpu
     side.requests_per_deployment = sum(len(b) for b in batches.values()) / n
+    return side
+
+
+def reported_status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    """The status the operator wrote for one of its bench deployments, once Ready."""
+    custom = k8s.CustomObjectsApi(cluster.api_client())
+    obj = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    return dict(obj["status"])
+
+
+def as_progressing(status: dict[str, Any]) -> dict[str, Any]:
+    """A Ready status as it read while the deployment was still rolling out (same size)."""
+    flipped = {c.COND_PROGRESSING: ("True", "RollingOut"), c.COND_READY: ("False", "RollingOut")}
+    conditions = [
+        {**cond, "status": flipped[cond["type"]][0], "reason": flipped[cond["type"]][1]}
+        if cond.get("type") in flipped else cond
+        for cond in status.get("conditions") or []
+    ]
+    return {**status, "conditions": conditions}
+
+
+def run_floor(cluster: LocalCluster, n: int, namespace: str, ready_status: dict[str, Any],
+              template_name: str, timeout: float) -> Side:
+    """The raw limit plus what any operator's reporting costs the cluster, with no operator:
+    each custom resource applied (as the user does), its children applied as the operator
+    creates them (owned by it, so the garbage collector tracks them), a status write and an
+    Event (the first report), and once its Deployment is ready a second status write and Event
+    (Ready: the status the operator wrote, taken from its side). Ready is read from the custom
+    resource, as for the operator."""
+    children: dict[str, list[tuple[str, str]]] = {}
+    for i in range(n):
+        name = f"s{i:04d}"
+        children[name] = children_of(name, render_all(parse_deployment(
+            small(name, namespace))).repository_key)
+
+    def status_of(name: str, ready: bool) -> dict[str, Any]:
+        text = json.dumps(ready_status if ready else as_progressing(ready_status))
+        return dict(json.loads(text.replace(template_name, name)))
+
+    async def report(kube: Kube, live: dict[str, Any], ready: bool) -> None:
+        name = live["metadata"]["name"]
+        written = await kube.apply_status(Manifest.of({
+            "apiVersion": c.API_VERSION, "kind": c.KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status_of(name, ready)}))
+        await kube.post_event(event(written, type_="Normal",
+                                    reason="Deployed" if ready else "RollingOut",
+                                    message=f"{name}: bench floor report",
+                                    now=dt.datetime.now(dt.UTC)))
+
+    async def converge(timeline: Timeline) -> dict[str, float]:
+        started: dict[str, float] = {}
+        first_reported: dict[str, dict[str, Any]] = {}
+        applied: set[tuple[str, str]] = set()
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig), concurrency=CONCURRENCY)
+
+        async def one(name: str) -> None:
+            started[name] = time.monotonic()
+            live = await kube.apply(Manifest.of(small(name, namespace)))
+            r = render_all(parse_deployment(live),
+                           RenderOptions(tools_image=TOOLS_IMAGE, engine_cached=True))
+            for o in (r.repository_configmap, r.repository_job, r.service, r.network_policy,
+                      r.workload):
+                if o is not None and (o.kind, o.name) not in applied:
+                    applied.add((o.kind, o.name))
+                    await kube.apply(o.stamped())
+            await report(kube, live, ready=False)
+            first_reported[name] = live
+
+        async def second_reports() -> None:
+            done: set[str] = set()
+            pending: set[asyncio.Task[None]] = set()
+            while len(done) < n:
+                with timeline.lock:
+                    ready = [k for k in timeline.workload_ready if k not in done]
+                for name in ready:
+                    if name in first_reported:
+                        done.add(name)
+                        pending.add(asyncio.create_task(
+                            report(kube, first_reported[name], ready=True)))
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*pending)
+
+        try:
+            waiting = asyncio.create_task(second_reports())
+            await asyncio.gather(*(one(name) for name in children))
+            await asyncio.wait_for(waiting, timeout)
+        finally:
+            await kube.close()
+        return started
+
+    cpu: dict[str, float] = {}
+    with watched(cluster, namespace, side="operator") as timeline, cpu_spent(cluster, cpu):
+        t0 = time.monotonic()
+        started = asyncio.run(converge(timeline))
+        side = measure(timeline, started, children, t0, timeout)
+    side.cpu = cpu
+    side.requests_per_deployment = 9.0 + 1 / n  # the CR, 4 children, 2 statuses, 2 Events
     return side
 
 
@@ -503,7 +653,8 @@ def observe(pid: int, scrape: Callable[[], str], metrics: Metrics, steady: float
 
 
 def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: float,
-                      timeout: float, steady: float, profile: Path | None) -> dict[str, Any]:
+                      timeout: float, steady: float, profile: Path | None,
+                      logs: Path | None = None) -> dict[str, Any]:
     record = cached_engine(namespace)
 
     async def warm_cache() -> None:  # the engine is already in the cache (built before)
@@ -527,14 +678,22 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         time.sleep(3)
 
         def converge() -> Side:
+            cpu: dict[str, float] = {}
             with watched(cluster, namespace, side="operator") as timeline, profiled(
                 op.proc.pid, profile and profile / f"operator-{n}.txt"
-            ):
+            ), cpu_spent(cluster, cpu, tritonllm=op.proc.pid):
                 t0 = time.monotonic()
                 started = asyncio.run(apply_all(cluster.kubeconfig, batches))
-                return measure(timeline, started, children, t0, timeout)
+                side = measure(timeline, started, children, t0, timeout)
+            side.cpu = cpu
+            return side
 
-        return observe(op.proc.pid, op.metrics, TRITONLLM_METRICS, steady, converge)
+        try:
+            return observe(op.proc.pid, op.metrics, TRITONLLM_METRICS, steady, converge)
+        finally:
+            if logs:
+                logs.mkdir(parents=True, exist_ok=True)
+                (logs / f"tritonllm-{n}.log").write_bytes(op.log.read_bytes())
 
 
 def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout: float,
@@ -552,7 +711,10 @@ def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout
 
         def converge() -> Side:
             api_before = apiserver_requests(cluster)
-            with watched(cluster, namespace, side="nim") as timeline:
+            cpu: dict[str, float] = {}
+            with watched(cluster, namespace, side="nim") as timeline, cpu_spent(
+                cluster, cpu, **{"nim-operator": mgr.proc.pid}
+            ):
                 t0 = time.monotonic()
                 started = asyncio.run(apply_all(cluster.kubeconfig, batches))
                 wait_until("its Deployments ready", lambda: all(
@@ -565,6 +727,7 @@ def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout
                         "NIMServices; their Ready condition waits for an HTTP answer from each "
                         "Service's cluster IP, which this host cannot reach (bench/nim_peer.py)"
                     ) from exc
+            side.cpu = cpu
             side.workload_ready = [timeline.workload_ready[k] - t for k, t in started.items()]
             api_after = apiserver_requests(cluster)
             side.apiserver = {k: round((v - api_before.get(k, 0)) / n, 2)
@@ -590,6 +753,7 @@ def times(side: Side) -> dict[str, Any]:
         out["apiserver_requests_per_deployment_converging"] = side.apiserver
     if side.requests_per_deployment:
         out["requests_per_deployment"] = round(side.requests_per_deployment, 2)
+    out["cpu_seconds"] = side.cpu
     return out
 
 
@@ -636,15 +800,23 @@ def figures(n: int, raw: Side, op: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def report(n: int, raw: Side, op: dict[str, Any], nim: dict[str, Any] | None = None
-           ) -> dict[str, Any]:
+def report(n: int, raw: Side, op: dict[str, Any], nim: dict[str, Any] | None = None,
+           floor: Side | None = None) -> dict[str, Any]:
     result = {"n": n, "raw": times(raw), "operator": figures(n, raw, op)}
+    if floor is not None:
+        result["floor"] = {
+            **times(floor),
+            "ratio_all_ready": floor.total_ready / raw.total_ready,
+            "ratio_first_wave_max": max(floor.first) / max(raw.first),
+            "operator_to_floor_all_ready": op["side"].total_ready / floor.total_ready,
+            "operator_to_floor_first_wave_max": max(op["side"].first) / max(floor.first),
+        }
     if nim is not None:
         result["nim"] = figures(n, raw, nim)
     return result
 
 
-SIDES = {"raw": "raw", "operator": "tritonllm", "nim": "NIM op."}
+SIDES = {"raw": "raw", "operator": "tritonllm", "floor": "floor", "nim": "NIM op."}
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -663,7 +835,20 @@ def print_report(r: dict[str, Any]) -> None:
             print(f"{'':9s} apply -> Deployment ready: {fmt(x['workload_ready'])}")
         if "requests_per_deployment" in x:
             print(f"{'':9s} API requests per deployment: {x['requests_per_deployment']:.2f} "
-                  "(its applies)")
+                  f"({'its applies' if who == 'raw' else 'its writes'})")
+        if x.get("cpu_seconds"):
+            spent = sorted(x["cpu_seconds"].items(), key=lambda kv: -kv[1])
+            print(f"{'':9s} CPU seconds, apply -> all Ready: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in spent if v >= 0.1)
+                  + f" (all {sum(v for _, v in spent):.1f})")
+    if "floor" in r:
+        f = r["floor"]
+        print("--- floor (no operator: the raw limit plus each custom resource, a status and an "
+              "Event when first seen and when Ready)")
+        print(f"ratio floor/raw: all Ready {f['ratio_all_ready']:.2f}, all but the Deployments "
+              f"{f['ratio_first_wave_max']:.2f}; tritonllm/floor: all Ready "
+              f"{f['operator_to_floor_all_ready']:.2f}, all but the Deployments "
+              f"{f['operator_to_floor_first_wave_max']:.2f}")
     for who in ("operator", "nim"):
         if who in r:
             print_figures(SIDES[who], r[who])
@@ -713,7 +898,12 @@ def main() -> None:
                     "operator (bench/nim_peer.py)")
     ap.add_argument("--nim-binary", help="the NIM operator's manager (default: the newest "
                     "~/.cache/tritonllm/bin/nim-operator-*/manager)")
-    ap.add_argument("--logs", help="keep the peer's log here")
+    ap.add_argument("--floor", action="store_true",
+                    help="a fourth side after the operator's: the raw limit plus the requests "
+                    "any operator's reporting sends (each custom resource, two status writes and "
+                    "two Events), with no operator: what an operator costing nothing would reach")
+    ap.add_argument("--logs", help="keep the operators' logs here (tritonllm-N.log, "
+                    "nim-operator-N.log)")
     ap.add_argument("--load", type=int, default=0, help="a loaded machine: keep this many "
                     "processes spinning on the CPU for the whole run (every side alike)")
     args = ap.parse_args()
@@ -737,6 +927,27 @@ def spinning(k: int) -> Iterator[None]:
             p.wait()
 
 
+def earlier_runs_deleted(cluster: LocalCluster, timeout: float = 600) -> None:
+    """Wait until the namespaces of earlier runs are gone: deleting a thousand deployments'
+    objects keeps the API server and the garbage collector busy for minutes, which would load
+    the next side measured (the raw side first)."""
+    started = time.monotonic()
+    while True:
+        items = cluster.kubectl_json("get", "namespaces")["items"]
+        going = [ns["metadata"]["name"] for ns in items
+                 if ns["metadata"]["name"].startswith("scale-")
+                 and (ns.get("status") or {}).get("phase") == "Terminating"]
+        if not going:
+            return
+        if time.monotonic() - started > timeout:
+            print(f"  (still deleting after {timeout:.0f} s: {', '.join(going)}; measuring "
+                  "anyway)", flush=True)
+            return
+        print(f"  ... waiting for earlier runs' namespaces to be deleted ({len(going)})",
+              flush=True)
+        time.sleep(10)
+
+
 def run(args: argparse.Namespace) -> None:
     sizes = args.n or [100]
     nim_binary = nim_peer.find_binary(args.nim_binary) if args.peer == "nim" else None
@@ -744,12 +955,13 @@ def run(args: argparse.Namespace) -> None:
         print(nim_peer.BUILD_HINT.format(where=args.nim_binary or "none cached"), flush=True)
     elif nim_binary:
         print(f"peer: the NIM operator {nim_binary}", flush=True)
-    nodes = bench_nodes(max(sizes), sides=3 if nim_binary else 2)
+    nodes = bench_nodes(max(sizes), sides=2 + bool(nim_binary) + bool(args.floor))
     cluster = LocalCluster(name=args.cluster, nodes=(*DEFAULT_NODES, *nodes))
     cluster.up()
     cluster.apply([node_manifest(s, i + len(DEFAULT_NODES)) for i, s in enumerate(nodes)])
     results = []
     for n in sizes:
+        earlier_runs_deleted(cluster)
         stamp = int(time.time())
         raw_ns, op_ns, nim_ns = (f"scale-{who}-{n}-{stamp}" for who in ("raw", "op", "nim"))
         namespaces = (raw_ns, op_ns, nim_ns) if nim_binary else (raw_ns, op_ns)
@@ -762,13 +974,23 @@ def run(args: argparse.Namespace) -> None:
         profile = Path(args.profile) if args.profile else None
         if profile:
             profile.mkdir(parents=True, exist_ok=True)
-        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile)
+        op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile,
+                               Path(args.logs) if args.logs else None)
+        floor = None
+        if args.floor:
+            floor_ns = f"scale-floor-{n}-{stamp}"
+            cluster.kubectl("create", "namespace", floor_ns)
+            prepare_namespace(cluster, floor_ns)
+            namespaces = (*namespaces, floor_ns)
+            print(f"N = {n}: floor (no operator, its reports only) in {floor_ns}", flush=True)
+            floor = run_floor(cluster, n, floor_ns, reported_status(cluster, op_ns, "s0000"),
+                              "s0000", args.timeout)
         nim = None
         if nim_binary:
             print(f"N = {n}: the NIM operator in {nim_ns}", flush=True)
             nim = run_nim(cluster, n, nim_ns, nim_binary, args.timeout, args.steady,
                           Path(args.logs) if args.logs else None)
-        result = report(n, raw, op, nim)
+        result = report(n, raw, op, nim, floor)
         print_report(result)
         results.append(result)
         if not args.keep:

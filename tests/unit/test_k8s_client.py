@@ -23,11 +23,14 @@ from tritonllm.k8s import auth
 from tritonllm.k8s.client import (
     API_CALLS,
     API_THROTTLED,
+    CONVERGE,
     MAX_THROTTLED_RETRIES,
+    REPORT,
     RETRY_AFTER_DEFAULT_SECONDS,
     RETRY_AFTER_MAX_SECONDS,
     Kube,
     KubeError,
+    Slots,
     retry_after_seconds,
 )
 from tritonllm.render import Manifest
@@ -202,6 +205,58 @@ def test_waiting_requests_that_converge_go_before_those_that_report(tmp_path: Pa
     # ...but the deletion (it makes the cluster converge) is served before the status and Event.
     assert order == [("PATCH", "cm"), ("DELETE", "old"), ("PATCH", "status"),
                      ("POST", "events")]
+
+
+def test_a_report_waits_behind_converging_requests_only_so_long() -> None:
+    """A burst of converging writes does not starve a status write: once it has waited its
+    patience, it is served next (then the converging ones go on first)."""
+    order: list[str] = []
+
+    async def main() -> None:
+        slots = Slots(1, patience=0.2)
+        await slots.acquire(CONVERGE)  # the one slot, taken
+
+        async def request(name: str, priority: int) -> None:
+            await slots.acquire(priority)
+            order.append(name)
+            await asyncio.sleep(0.06)  # the request in flight
+            slots.release()
+
+        tasks = [asyncio.create_task(request("status", REPORT))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(request(f"apply{i}", CONVERGE)) for i in range(8)]
+        await asyncio.sleep(0)
+        slots.release()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    # apply0..apply2 (0.18 s) before the status is 0.2 s old, then the status, then the rest
+    assert order.index("status") in (3, 4), order
+    assert [x for x in order if x != "status"] == [f"apply{i}" for i in range(8)]
+
+
+def test_without_patience_reports_wait_for_every_converging_request() -> None:
+    order: list[str] = []
+
+    async def main() -> None:
+        slots = Slots(1)
+        await slots.acquire(CONVERGE)
+
+        async def request(name: str, priority: int) -> None:
+            await slots.acquire(priority)
+            order.append(name)
+            await asyncio.sleep(0.02)
+            slots.release()
+
+        tasks = [asyncio.create_task(request("status", REPORT))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(request(f"apply{i}", CONVERGE)) for i in range(5)]
+        await asyncio.sleep(0)
+        slots.release()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert order[-1] == "status"
 
 
 class Throttling:

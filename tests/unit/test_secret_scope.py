@@ -21,16 +21,20 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.handlers import operator
-from tritonllm.handlers.cache import index_specs, managed_resources
+from tritonllm.handlers.cache import index_specs, kopf_specs, managed_resources
 from tritonllm.handlers.reconciler import Reconciler
 
 NS = "default"
 SELECTOR = "app.kubernetes.io/managed-by=tritonllm"
-OURS = [("batch", "v1", "jobs"), ("", "v1", "configmaps"), ("", "v1", "services"),
-        ("apps", "v1", "deployments"), ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-        ("autoscaling", "v2", "horizontalpodautoscalers"), ("policy", "v1", "poddisruptionbudgets"),
-        ("networking.k8s.io", "v1", "networkpolicies"), ("keda.sh", "v1alpha1", "scaledobjects"),
-        ("monitoring.coreos.com", "v1", "podmonitors")]
+# The kinds we create that kopf watches (their spec or status is read)...
+OURS = [("batch", "v1", "jobs"), ("apps", "v1", "deployments"),
+        ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+        ("keda.sh", "v1alpha1", "scaledobjects"), ("monitoring.coreos.com", "v1", "podmonitors")]
+# ... and those only the metadata-only index of taken names follows (tritonllm.k8s.names).
+METADATA_ONLY = [("", "v1", "configmaps"), ("", "v1", "services"),
+                 ("autoscaling", "v2", "horizontalpodautoscalers"),
+                 ("policy", "v1", "poddisruptionbudgets"),
+                 ("networking.k8s.io", "v1", "networkpolicies")]
 
 
 def test_no_secret_is_indexed_or_watched() -> None:
@@ -68,7 +72,10 @@ def list_query(settings: kopf.OperatorSettings, resource: Resource) -> dict[str,
 
 def test_the_api_server_filters_the_kinds_we_create() -> None:
     specs = index_specs(gpu_nodes=True)
-    assert sorted(managed_resources(specs)) == sorted(OURS)
+    assert sorted(managed_resources(kopf_specs(specs))) == sorted(OURS)
+    assert sorted(managed_resources(specs)) == sorted(OURS + METADATA_ONLY)
+    # kopf does not watch the metadata-only kinds at all
+    assert not {s.resource for s in kopf_specs(specs)} & set(METADATA_ONLY)
     settings = kopf.OperatorSettings()
     operator.filter_server_side(settings, specs)
     for group, version, plural in OURS:

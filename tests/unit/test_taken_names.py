@@ -146,3 +146,101 @@ def test_the_executor_asks_no_get_for_a_name_the_index_knows() -> None:
                        "metadata": {"name": "j", "namespace": "team"}, "spec": {}})
     asyncio.run(_name_is_free(kube, Cache({}, index), job, "dep-uid", frozenset()))
     assert [x.verb for x in kube.calls] == ["get"]
+
+
+# --- the same watches as the cache of the children whose metadata is all the planner reads ----
+
+
+def ours(name: str, rv: str = "1", **labels: str) -> dict[str, Any]:
+    return meta(name, rv=rv, labels={c.LABEL_MANAGED_BY: c.APP_NAME, **labels},
+                annotations={c.ANNOTATION_SPEC_HASH: f"h-{name}", "other": "x" * 100},
+                ownerReferences=[{"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "dep",
+                                  "uid": "dep-uid", "controller": True}])
+
+
+def plan(name: str, instance: str, key: str, rv: str = "1") -> dict[str, Any]:
+    return ours(name, rv, **{c.LABEL_COMPONENT: c.COMPONENT_REPOSITORY,
+                             c.LABEL_INSTANCE: instance, c.LABEL_REPO_KEY: key})
+
+
+def test_the_index_of_names_serves_our_children_in_the_shape_of_kopfs_indexes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tritonllm.handlers.cache import (
+        BY_NAME,
+        REPOSITORY_USERS,
+        REVISIONS,
+        Cache,
+        index_specs,
+        keep_name,
+        metadata_indices,
+    )
+
+    monkeypatch.setattr(names_module, "SHORTEST_WATCH_SECONDS", 0.0)
+    theirs = meta("web", labels={"app": "theirs"})
+    first = [plan("p1", "a", "k1"), plan("p2", "b", "k1"), ours("svc-only"), theirs]
+    events = [{"type": "ADDED", "object": plan("p3", "c", "k2", rv="11")},
+              {"type": "DELETED", "object": plan("p2", "b", "k1", rv="12")},
+              {"type": "MODIFIED", "object": plan("p1", "a", "k2", rv="13")}]
+    # a list again (as after 410 Gone) that misses p3 (deleted meanwhile): it leaves every index
+    relisted = [plan("p1", "a", "k2", rv="20"), ours("svc-only"), theirs]
+    source = Source({"ConfigMap": [(first, "10"), (relisted, "20")]},
+                    {"ConfigMap": [events]})
+    names = TakenNames(source, ["team"], kinds=[("v1", "ConfigMap")], keep=keep_name)
+    cache = Cache(metadata_indices(index_specs(gpu_nodes=False), names), names)
+    assert not metadata_indices([BY_NAME["Job"]], names)  # kopf keeps the kinds it watches
+
+    async def go(done: Any) -> None:
+        task = asyncio.create_task(names.run())
+        assert await names.wait_listed(["ConfigMap"], timeout=2.0) == []
+        for _ in range(200):
+            if done():
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(go(lambda: cache.repository_users("team", "k2") == ["a", "c"]))
+    assert cache.repository_users("team", "k1") == []  # p2 deleted, p1 moved to k2
+    assert cache.repository_revisions("team", "a") == ["k2"]
+    live = cache.get("ConfigMap", "team", "p1")
+    assert live is not None and live["metadata"]["resourceVersion"] == "13"
+    # what the planner reads, nothing more
+    assert live["metadata"]["annotations"] == {c.ANNOTATION_SPEC_HASH: "h-p1"}
+    assert live["metadata"]["ownerReferences"][0]["uid"] == "dep-uid"
+    assert cache.get("ConfigMap", "team", "web") is None  # not ours: not a child
+    assert names.lookup("ConfigMap", "team", "web")[1] is not None  # but its name is taken
+
+    asyncio.run(go(lambda: cache.get("ConfigMap", "team", "p3") is None))  # listed again
+    assert cache.repository_users("team", "k2") == ["a"]
+    assert REVISIONS.id in metadata_indices([REVISIONS, REPOSITORY_USERS], names)
+
+
+def test_a_pass_waits_for_the_first_lists_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tritonllm.handlers import cache as cache_module
+    from tritonllm.handlers.cache import METADATA_KINDS, Cache, keep_name
+
+    monkeypatch.setattr(names_module, "RETRY_SECONDS", 0.01)
+    down = KubeError(503, "Service Unavailable", "etcd is not ready")
+    lists: dict[str, list[Any]] = {kind: [([], "1")] for kind in METADATA_KINDS}
+    lists["Service"] = [down] * 1000
+    source = Source(lists, {kind: [] for kind in METADATA_KINDS})
+    kinds = [(v, k) for v, k in names_module.INDEXED if k in METADATA_KINDS]
+    names = TakenNames(source, ["team"], kinds=kinds, keep=keep_name)
+    cache = Cache({}, names)
+
+    async def go() -> float:
+        task = asyncio.create_task(names.run())
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await cache.listed(timeout=0.3)
+        waited = loop.time() - started
+        await cache.listed(timeout=0.3)  # once only
+        task.cancel()
+        return waited
+
+    with caplog.at_level("WARNING", logger=cache_module.__name__):
+        waited = asyncio.run(go())
+    assert 0.3 <= waited < 0.3 + 0.2
+    assert "not listed after 0 s: Service" in caplog.text

@@ -14,12 +14,20 @@ for what matters only when something is wrong): a failed Job's pods and the pods
 that is not done are listed when, and only when, a reconcile needs them
 (tritonllm.handlers.observe).
 
-kopf fills the indexes before it calls any handler (so the first reconciles see a complete
-cluster), and keeps them current from the watch streams. What it cannot know yet are our own
-writes whose watch events have not arrived: a reconcile that ran in between would act on what
-they replaced (write a status again, post an Event twice). So the objects our writes return are
-kept as an overlay until the watch catches up (a resourceVersion at least as new), or for a few
-seconds at most, and reads prefer the newer of the two.
+The children whose spec and status the planner never reads (ConfigMaps, Services,
+NetworkPolicies, HPAs, PDBs: `METADATA_KINDS`) are not watched through kopf at all: the
+metadata-only lists and watches of the index of taken names (tritonllm.k8s.names), which the
+executor follows anyway, keep their projections and serve the same indexes. A burst of new
+deployments thus brings their events once, metadata only, through a plain stream, instead of a
+second time whole through kopf's per-event machinery.
+
+kopf fills its indexes before it calls any handler, and the reconciler's passes wait (a few
+seconds at most) until the index of taken names has listed its kinds (so the first reconciles
+see a complete cluster); both keep them current from the watch streams. What they cannot know
+yet are our own writes whose watch events have not arrived: a reconcile that ran in between
+would act on what they replaced (write a status again, post an Event twice). So the objects our
+writes return are kept as an overlay until the watch catches up (a resourceVersion at least as
+new), or for a few seconds at most, and reads prefer the newer of the two.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,8 +43,10 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
-from tritonllm.k8s.names import TakenNames
+from tritonllm.k8s.names import TakenNames, slim
 from tritonllm.plan import shared_controller
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 Project = Callable[[Mapping[str, Any]], Any]
@@ -45,6 +56,8 @@ Index = Mapping[Any, Iterable[Any]]
 # The overlay of our own writes outlives a watch event's delay by far, never a lost event.
 OVERLAY_SECONDS = 10.0
 OVERLAY_PRUNE_AT = 4096
+# How long a pass waits, once, for the index of taken names' first lists (Cache.listed).
+LISTED_WAIT_SECONDS = 10.0
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -175,6 +188,18 @@ def project_child(obj: Mapping[str, Any]) -> Obj:
     return {"metadata": _meta(obj, "labels")}
 
 
+def managed(obj: Mapping[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_MANAGED_BY) == c.APP_NAME
+
+
+def keep_name(obj: Mapping[str, Any]) -> Obj:
+    """What the index of taken names keeps of an object: ours, the projection the planner reads
+    (for the kinds it serves, `METADATA_KINDS`); anyone else's, what the ownership check reads."""
+    if managed(obj) and obj.get("kind") in METADATA_KINDS:
+        return {"kind": _shared(obj["kind"]), **project_child(obj)}
+    return slim(obj)
+
+
 def project_secret(obj: Mapping[str, Any]) -> Obj:
     """A Secret's key names and whose it is (never its values)."""
     return {"metadata": _meta(obj), "keys": sorted(obj.get("data") or {})}
@@ -200,6 +225,11 @@ class IndexSpec:
         self.resource = resource  # (group, version, plural); group "" for the core API
         self.keyed = keyed
         self.managed = managed  # only objects labelled managed-by tritonllm
+
+    @property
+    def metadata_only(self) -> bool:
+        """Served by the index of taken names (metadata only), not by a kopf watch."""
+        return self.managed and self.kind in METADATA_KINDS
 
 
 def _by_name(project: Project) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
@@ -268,6 +298,14 @@ LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 
 
 
+# The children whose spec, data and status the planner never reads: their metadata is all it
+# needs (identity, labels, owners, the spec-hash annotation), and the index of taken names
+# follows them anyway.
+METADATA_KINDS = frozenset(
+    {"ConfigMap", "Service", "NetworkPolicy", "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+)
+
+
 def _named(id: str, kind: str, resource: tuple[str, str, str], project: Project,
            *, managed: bool = False) -> IndexSpec:
     return IndexSpec(id, kind, resource, _by_name(project), managed=managed)
@@ -321,6 +359,32 @@ def index_specs(*, gpu_nodes: bool) -> list[IndexSpec]:
     return [*specs, GPU_NODES] if gpu_nodes else specs
 
 
+def kopf_specs(specs: Iterable[IndexSpec]) -> list[IndexSpec]:
+    """The indexes kopf keeps (it watches their kinds whole)."""
+    return [spec for spec in specs if not spec.metadata_only]
+
+
+def metadata_indices(specs: Iterable[IndexSpec], names: TakenNames) -> dict[str, Index]:
+    """The indexes the index of taken names serves, by id, in kopf's shape."""
+    views: dict[str, Index] = {}
+    for spec in specs:
+        if not spec.metadata_only or not names.follows(spec.kind):
+            continue
+        if BY_NAME.get(spec.kind) is spec:
+            views[spec.id] = names.by_name(spec.kind, managed)
+        else:
+            views[spec.id] = names.index(spec.kind, _managed_only(spec.keyed))
+    return views
+
+
+def _managed_only(keyed: Callable[[Mapping[str, Any]], dict[Any, Any]]
+                  ) -> Callable[[Mapping[str, Any]], dict[Any, Any]]:
+    def only(obj: Mapping[str, Any]) -> dict[Any, Any]:
+        return keyed(obj) if managed(obj) else {}
+
+    return only
+
+
 def managed_resources(specs: Iterable[IndexSpec]) -> list[tuple[str, str, str]]:
     """The resources whose every index reads only objects labelled managed-by tritonllm: their
     list and watch requests carry that label selector, so the API server sends nothing else
@@ -356,6 +420,20 @@ class Cache:
         # passes of other deployments that need the same one wait for that POST instead of
         # sending their own (tritonllm.handlers.execute).
         self.creating: dict[tuple[str, str | None, str], asyncio.Future[None]] = {}
+        self._listed = False
+
+    async def listed(self, timeout: float = LISTED_WAIT_SECONDS) -> None:
+        """Wait (once, `timeout` at most) until the index of taken names has listed the kinds it
+        serves as indexes: a pass before that would see none of their objects. Past the wait a
+        pass goes on (it applies what it renders and reads names it cannot see, and deletes
+        nothing it does not see), and the log says which kinds are not listed yet."""
+        if self._listed or self.names is None:
+            return
+        missing = await self.names.wait_listed(sorted(METADATA_KINDS), timeout)
+        if missing:
+            log.warning("not listed after %.0f s: %s; reconciling without them (nothing of "
+                        "theirs is deleted meanwhile)", timeout, ", ".join(missing))
+        self._listed = True
 
     def _values(self, spec: IndexSpec, key: Any) -> list[Any]:
         index = self._indices.get(spec.id)

@@ -9,7 +9,8 @@ sees the deletion.
 
 Every read of a reconcile is served from kopf indexes (tritonllm.handlers.cache), registered here
 by `configure` (which knows the settings) before kopf starts; the startup handler hands them to
-the reconciler.
+the reconciler, with the indexes of the children kopf does not watch (served by the
+metadata-only index of taken names, tritonllm.k8s.names).
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from tritonllm.api.settings import OperatorSettings
 from tritonllm.k8s.client import Kube
 from tritonllm.k8s.names import TakenNames
 
-from .cache import Cache, IndexSpec, index_specs, managed_resources
+from .cache import (
+    Cache,
+    IndexSpec,
+    index_specs,
+    keep_name,
+    kopf_specs,
+    managed_resources,
+    metadata_indices,
+)
 from .metrics import ACTING
 from .reconciler import Reconciler
 
@@ -78,7 +87,7 @@ def configure(settings: OperatorSettings, kubeconfig: str | None) -> None:
     _state["settings"] = settings
     _state["kubeconfig"] = kubeconfig
     _state["indexes"] = specs = index_specs(gpu_nodes=settings.check_gpu_nodes)
-    for spec in specs:
+    for spec in kopf_specs(specs):
         group, version, plural = spec.resource
         resource = (group, version, plural) if group else (version, plural)
         kopf.index(*resource, id=spec.id, labels=MANAGED if spec.managed else None)(
@@ -91,7 +100,7 @@ def filter_server_side(settings: kopf.OperatorSettings, specs: list[IndexSpec]) 
     server sends only our objects (kopf's `labels=` filters alone run after each object arrived
     and was parsed). Pods: only our serving pods (leaders, workers, verification pods) and the
     pods of our build and repository Jobs (why one does not start)."""
-    for resource in managed_resources(specs):
+    for resource in managed_resources(kopf_specs(specs)):
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     settings.watching.label_selectors[("", "v1", "pods")] = SERVING_PODS_SELECTOR
 
@@ -112,7 +121,10 @@ def reconciler() -> Reconciler:
             concurrency=settings.api_concurrency,
             timeout=settings.api_timeout_seconds,
         )
-        cache = Cache(_state.get("indices") or {}, TakenNames(kube, settings.namespaces))
+        names = TakenNames(kube, settings.namespaces, keep=keep_name)
+        indices = {**(_state.get("indices") or {}),
+                   **metadata_indices(_state.get("indexes", []), names)}
+        cache = Cache(indices, names)
         _state["reconciler"] = Reconciler(kube, settings, cache)
     r: Reconciler = _state["reconciler"]
     return r

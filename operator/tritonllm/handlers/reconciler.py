@@ -237,6 +237,7 @@ class Reconciler:
         return error_backoff_seconds(failures)
 
     async def _pass(self, namespace: str, name: str, logger: Logger) -> float | None:
+        await self.cache.listed()
         body = self.cache.get(c.KIND, namespace, name)
         if body is None:
             self.forget(namespace, name)

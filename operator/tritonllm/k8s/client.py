@@ -16,17 +16,18 @@ is given back while it waits, so a throttled request holds no connection.
 At most `concurrency` requests are in flight (the operator's client concurrency). When requests
 wait for a slot, the ones that make the cluster converge (children applied, deleted, scaled) go
 before the ones that report on it (status writes, Events): under a burst, workloads start as
-soon as the API server allows, and the bookkeeping follows.
+soon as the API server allows, and the bookkeeping follows, but a report that has waited
+REPORT_PATIENCE_SECONDS goes next (a burst of a thousand new deployments no longer leaves the
+first ones without a status for a minute).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime as dt
 import email.utils
-import heapq
-import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -57,6 +58,10 @@ MAX_THROTTLED_RETRIES = 5  # then the 429 is the call's KubeError (the reconcile
 WRITE_VERBS = frozenset({"create", "apply", "patch", "delete", "event"})
 DEFAULT_CONCURRENCY = 16
 CONVERGE, REPORT = 0, 1  # request priorities: lower goes first
+# A status write or Event waits behind converging writes at most this long (then goes next): in a
+# burst of a thousand new deployments, each one's status still says within seconds that it was
+# seen, and one that became Ready says so.
+REPORT_PATIENCE_SECONDS = 2.0
 PEERING_API_VERSION = "kopf.dev/v1"  # kopf's peering objects (tritonllm.k8s.peering)
 LEASE_API_VERSION = "coordination.k8s.io/v1"  # leader election (tritonllm.k8s.lease)
 # Metadata only (tritonllm.k8s.names): the API server sends no spec, data or status.
@@ -65,19 +70,22 @@ METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,applica
 
 
 class Slots:
-    """A semaphore whose waiters are served by priority, then in arrival order."""
+    """A semaphore whose waiters are served by priority, then in arrival order; with `patience`,
+    a waiter of a lower priority that has waited that long goes before the higher ones (a status
+    write is never starved by a burst of converging writes)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, *, patience: float | None = None) -> None:
         self._free = n
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._arrival = itertools.count()
+        self._patience = patience
+        self._queues: dict[int, collections.deque[tuple[float, asyncio.Future[None]]]] = {}
 
     async def acquire(self, priority: int) -> None:
-        if self._free > 0 and not self._waiters:
+        if self._free > 0 and not any(self._queues.values()):
             self._free -= 1
             return
-        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (priority, next(self._arrival), granted))
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+        self._queues.setdefault(priority, collections.deque()).append((loop.time(), granted))
         try:
             await granted
         except asyncio.CancelledError:
@@ -86,12 +94,26 @@ class Slots:
             raise
 
     def release(self) -> None:
-        while self._waiters:
-            _, _, granted = heapq.heappop(self._waiters)
+        while True:
+            queue = self._next()
+            if queue is None:
+                self._free += 1
+                return
+            _, granted = queue.popleft()
             if not granted.done():
                 granted.set_result(None)  # the slot passes on directly
                 return
-        self._free += 1
+
+    def _next(self) -> collections.deque[tuple[float, asyncio.Future[None]]] | None:
+        waiting = [(prio, q) for prio, q in sorted(self._queues.items()) if q]
+        if not waiting:
+            return None
+        if self._patience is not None:
+            now = asyncio.get_running_loop().time()
+            for _, queue in waiting[1:]:
+                if now - queue[0][0] >= self._patience:
+                    return queue
+        return waiting[0][1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +238,7 @@ class Kube:
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout)
             )
-            self._slots = Slots(self.concurrency)
+            self._slots = Slots(self.concurrency, patience=REPORT_PATIENCE_SECONDS)
         return self._session, self._slots
 
     async def close(self) -> None:

@@ -13,6 +13,13 @@ server sends metadata only (PartialObjectMetadata), no spec, data or status.
 A kind whose list fails (not served by this cluster, not allowed) or whose watch broke is
 "unknown" until it is listed again: the executor then reads the name as before (a GET). Secrets
 are not indexed: the operator may not list them (it reads the two it needs by name).
+
+The same lists and watches also serve as the operator's cache of the children whose spec and
+status it never reads (ConfigMaps, Services, NetworkPolicies, HPAs, PDBs: identity, labels and
+the spec-hash annotation are all the planner looks at, tritonllm.handlers.cache). What is kept of
+an object is the caller's choice (`keep`), and views by name (`by_name`) and by any other key
+(`index`) read it in the shape of kopf's indexes. Those kinds thus cost one metadata-only watch
+each, not a second full-object watch through kopf's per-event machinery as well.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from tritonllm.api import constants as c
@@ -46,6 +53,8 @@ ABSENT_RETRY_SECONDS = 300.0  # a kind this cluster does not serve, or we may no
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (kind, namespace, name)
+Keep = Callable[[Mapping[str, Any]], Obj]  # what is kept of an object (its "kind" set)
+Keyed = Callable[[Mapping[str, Any]], dict[Any, Any]]  # an index's key -> value of an object
 
 
 class MetadataSource(Protocol):
@@ -81,13 +90,17 @@ class TakenNames:
 
     def __init__(
         self, source: MetadataSource, namespaces: Sequence[str] = (),
-        kinds: Sequence[tuple[str, str]] = INDEXED,
+        kinds: Sequence[tuple[str, str]] = INDEXED, *, keep: Keep = slim,
     ) -> None:
         self._source = source
         self._scopes: list[str | None] = list(namespaces) or [None]
         self._kinds = list(kinds)
+        self._keep = keep
         self._objects: dict[str, dict[Key, Obj]] = {kind: {} for _, kind in self._kinds}
         self._synced: set[tuple[str, str | None]] = set()
+        # Listed once, or found not served / not allowed: what `wait_listed` waits for.
+        self._settled: set[tuple[str, str | None]] = set()
+        self._indexes: dict[str, list[_Index]] = {kind: [] for _, kind in self._kinds}
 
     def lookup(self, kind: str, namespace: str, name: str) -> tuple[bool, Obj | None]:
         """(known, object): known is False while the kind is not listed in that namespace (ask
@@ -95,6 +108,40 @@ class TakenNames:
         if (kind, namespace) not in self._synced and (kind, None) not in self._synced:
             return False, None
         return True, self._objects[kind].get((kind, namespace, name))
+
+    # --- views in the shape of kopf's indexes ----------------------------------------------
+
+    def follows(self, kind: str) -> bool:
+        return kind in self._objects
+
+    def by_name(
+        self, kind: str, where: Callable[[Mapping[str, Any]], bool]
+    ) -> Mapping[tuple[str | None, str], list[Obj]]:
+        """(namespace, name) -> [what is kept of the object], for the objects `where` accepts
+        (what is already kept, no second copy)."""
+        return _ByName(self._objects[kind], kind, where)
+
+    def index(
+        self, kind: str, keyed: Keyed
+    ) -> Mapping[Any, list[Any]]:
+        """key -> the values of the objects `keyed` (given what is kept of each) files under it,
+        kept current with the watch."""
+        view = _Index(keyed)
+        self._indexes[kind].append(view)
+        for key, obj in self._objects[kind].items():
+            view.put(key, obj)
+        return view
+
+    async def wait_listed(self, kinds: Sequence[str], timeout: float) -> list[str]:
+        """Wait until each of `kinds` was listed in every scope (or found not served or not
+        allowed), at most `timeout` seconds; the kinds still waited for (empty: all listed)."""
+        wanted = {(kind, scope) for kind in kinds for scope in self._scopes}
+        deadline = time.monotonic() + timeout
+        while not wanted <= self._settled and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return sorted({kind for kind, scope in wanted - self._settled})
+
+    # --- following the cluster ---------------------------------------------------------------
 
     async def run(self) -> None:
         """Follow every kind in every scope until cancelled."""
@@ -116,6 +163,8 @@ class TakenNames:
             except KubeError as exc:
                 absent = exc.status in (403, 404)
                 delay = ABSENT_RETRY_SECONDS if absent else RETRY_SECONDS
+                if absent:
+                    self._settled.add((kind, scope))
                 log.log(logging.INFO if absent else logging.WARNING,
                         "names of %s in %s: %s; reading each name before creating it instead",
                         kind, scope or "all namespaces", exc)
@@ -128,11 +177,13 @@ class TakenNames:
     async def _list(self, api_version: str, kind: str, scope: str | None) -> str:
         items, rv = await self._source.list_metadata(api_version, kind, scope)
         objects = self._objects[kind]
-        for key in [k for k in objects if scope is None or k[1] == scope]:
-            del objects[key]
+        listed = {self._key(kind, item) for item in items}
+        for key in [k for k in objects if (scope is None or k[1] == scope) and k not in listed]:
+            self._drop(kind, key)
         for item in items:
             self._put(kind, item)
         self._synced.add((kind, scope))
+        self._settled.add((kind, scope))
         return rv
 
     async def _watch(self, api_version: str, kind: str, scope: str | None, rv: str) -> str:
@@ -143,13 +194,21 @@ class TakenNames:
                 return ""
             rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
             if type_ == "DELETED":
-                self._objects[kind].pop(self._key(kind, obj), None)
+                self._drop(kind, self._key(kind, obj))
             elif type_ in ("ADDED", "MODIFIED"):
                 self._put(kind, obj)
         return rv
 
     def _put(self, kind: str, obj: Mapping[str, Any]) -> None:
-        self._objects[kind][self._key(kind, obj)] = slim({**obj, "kind": kind})
+        key = self._key(kind, obj)
+        kept = self._objects[kind][key] = self._keep({**obj, "kind": kind})
+        for view in self._indexes[kind]:
+            view.put(key, kept)
+
+    def _drop(self, kind: str, key: Key) -> None:
+        if self._objects[kind].pop(key, None) is not None:
+            for view in self._indexes[kind]:
+                view.drop(key)
 
     @staticmethod
     def _key(kind: str, obj: Mapping[str, Any]) -> Key:
@@ -158,3 +217,55 @@ class TakenNames:
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._objects.values())
+
+
+class _ByName(Mapping[tuple[str | None, str], list[Obj]]):
+    def __init__(self, objects: dict[Key, Obj], kind: str,
+                 where: Callable[[Mapping[str, Any]], bool]) -> None:
+        self._objects, self._kind, self._where = objects, kind, where
+
+    def __getitem__(self, key: tuple[str | None, str]) -> list[Obj]:
+        obj = self._objects.get((self._kind, str(key[0] or ""), key[1]))
+        if obj is None or not self._where(obj):
+            raise KeyError(key)
+        return [obj]
+
+    def __iter__(self) -> Iterator[tuple[str | None, str]]:
+        return ((ns, name) for (_, ns, name), obj in self._objects.items() if self._where(obj))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Index(Mapping[Any, list[Any]]):
+    """key -> values, and which keys each object is filed under (to unfile it)."""
+
+    def __init__(self, keyed: Keyed) -> None:
+        self._keyed = keyed
+        self._values: dict[Any, dict[Key, Any]] = {}
+        self._filed: dict[Key, list[Any]] = {}
+
+    def put(self, ref: Key, obj: Mapping[str, Any]) -> None:
+        self.drop(ref)
+        entries = self._keyed(obj)
+        for key, value in entries.items():
+            self._values.setdefault(key, {})[ref] = value
+        if entries:
+            self._filed[ref] = list(entries)
+
+    def drop(self, ref: Key) -> None:
+        for key in self._filed.pop(ref, ()):
+            values = self._values.get(key)
+            if values is not None:
+                values.pop(ref, None)
+                if not values:
+                    del self._values[key]
+
+    def __getitem__(self, key: Any) -> list[Any]:
+        return list(self._values[key].values())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
