@@ -892,7 +892,8 @@ def main() -> None:
                     help="seconds of steady state measured after all are Ready")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--json", help="also write the results here")
-    ap.add_argument("--keep", action="store_true", help="keep the namespaces afterwards")
+    ap.add_argument("--keep", action="store_true", help="keep each side's namespace (the next "
+                    "sides are then measured with its objects on the cluster)")
     ap.add_argument("--profile", help="py-spy the operator while it converges; write here")
     ap.add_argument("--peer", choices=["nim"], help="also run a peer operator: NVIDIA's NIM "
                     "operator (bench/nim_peer.py)")
@@ -963,41 +964,52 @@ def run(args: argparse.Namespace) -> None:
     for n in sizes:
         earlier_runs_deleted(cluster)
         stamp = int(time.time())
-        raw_ns, op_ns, nim_ns = (f"scale-{who}-{n}-{stamp}" for who in ("raw", "op", "nim"))
-        namespaces = (raw_ns, op_ns, nim_ns) if nim_binary else (raw_ns, op_ns)
-        for ns in namespaces:
+
+        def fresh(who: str, n: int = n, stamp: int = stamp) -> str:
+            ns = f"scale-{who}-{n}-{stamp}"
             cluster.kubectl("create", "namespace", ns)
             prepare_namespace(cluster, ns)
+            return ns
+
+        def done(ns: str) -> None:
+            """Each side is measured on the same cluster, without the previous side's objects
+            (or their deletion) in it: a side measured with 1,000 more Deployments and pods on
+            the cluster pays for their controllers and kwok's updates of them."""
+            if not args.keep:
+                cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+                earlier_runs_deleted(cluster)
+
+        raw_ns = fresh("raw")
         print(f"N = {n}: raw limit in {raw_ns}", flush=True)
         raw = run_raw(cluster, n, raw_ns, args.timeout)
+        done(raw_ns)
+        op_ns = fresh("op")
         print(f"N = {n}: operator in {op_ns}", flush=True)
         profile = Path(args.profile) if args.profile else None
         if profile:
             profile.mkdir(parents=True, exist_ok=True)
         op = run_with_operator(cluster, n, op_ns, args.resync, args.timeout, args.steady, profile,
                                Path(args.logs) if args.logs else None)
+        template = reported_status(cluster, op_ns, "s0000") if args.floor else None
+        done(op_ns)
         floor = None
-        if args.floor:
-            floor_ns = f"scale-floor-{n}-{stamp}"
-            cluster.kubectl("create", "namespace", floor_ns)
-            prepare_namespace(cluster, floor_ns)
-            namespaces = (*namespaces, floor_ns)
+        if template is not None:
+            floor_ns = fresh("floor")
             print(f"N = {n}: floor (no operator, its reports only) in {floor_ns}", flush=True)
-            floor = run_floor(cluster, n, floor_ns, reported_status(cluster, op_ns, "s0000"),
-                              "s0000", args.timeout)
+            floor = run_floor(cluster, n, floor_ns, template, "s0000", args.timeout)
+            done(floor_ns)
         nim = None
         if nim_binary:
+            nim_ns = fresh("nim")
             print(f"N = {n}: the NIM operator in {nim_ns}", flush=True)
             nim = run_nim(cluster, n, nim_ns, nim_binary, args.timeout, args.steady,
                           Path(args.logs) if args.logs else None)
+            if not args.keep:
+                nim_peer.release(cluster, nim_ns)
+            done(nim_ns)
         result = report(n, raw, op, nim, floor)
         print_report(result)
         results.append(result)
-        if not args.keep:
-            if nim is not None:
-                nim_peer.release(cluster, nim_ns)
-            for ns in namespaces:
-                cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 

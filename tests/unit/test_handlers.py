@@ -43,3 +43,24 @@ def test_tls_connections_read_into_small_buffers() -> None:
     from tritonllm.handlers import operator
 
     assert asyncio.sslproto.SSLProtocol.max_size == operator.TLS_READ_BUFFER == 32 * 1024
+
+
+def test_kopfs_line_per_handled_event_is_not_logged_unless_debugging() -> None:
+    import logging
+
+    from tritonllm.handlers import logs
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging.getLogger(logs.KOPF_OBJECTS).level)
+    try:
+        logs.setup("INFO", "text")
+        objects = logging.getLogger(logs.KOPF_OBJECTS)
+        assert not objects.isEnabledFor(logging.INFO)  # "Handler 'pod_event' succeeded."
+        assert objects.isEnabledFor(logging.WARNING)
+        assert logging.getLogger("tritonllm.reconcile").isEnabledFor(logging.INFO)
+        logs.setup("DEBUG", "text")
+        assert objects.isEnabledFor(logging.DEBUG)
+    finally:
+        root.handlers[:], level, objects_level = saved
+        root.setLevel(level)
+        logging.getLogger(logs.KOPF_OBJECTS).setLevel(objects_level)
