@@ -17,6 +17,7 @@ records them.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -41,6 +42,15 @@ EXAMPLE = "cpu-standin-autoscaling"
 SEED = ROOT / "examples" / "cpu-standin" / "seed.yaml"
 RULES = ROOT / "charts" / "tritonllm" / "files"
 READY_TIMEOUT = 420
+
+
+def _accepts(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _answer_ok(text: str) -> bool:
@@ -223,6 +233,12 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
                                           f"{c.LABEL_COMPONENT}={c.COMPONENT_SERVER}")["items"],
              timeout=120, interval=0.5, what="no serving pod left")
     url = env.url(name)  # the Service clients always use: now the activator's pods
+    # A deployment that KEDA takes to zero at once (its trigger idle when the ScaledObject is
+    # made) has activator pods only seconds old: wait until the node routes the Service's
+    # address to them (a connection accepted; no request is sent, so none is held), as for any
+    # new Service, before the burst that must be held.
+    wait_for(lambda: _accepts(url), timeout=30, interval=0.2,
+             what="the Service's address routed to the activator")
 
     t0 = time.monotonic()
     outcomes = burst(url, 4, check=_answer_ok)

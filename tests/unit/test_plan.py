@@ -587,6 +587,35 @@ def test_a_failed_serving_container_is_named_with_its_termination_message() -> N
     assert serving_failure(job_pod) is None
 
 
+def _deleted_leader(finished: str, *, restarts: int = 0) -> dict[str, Any]:
+    """A leader whose current run ended (`finished`) and that is deleted: asked at 12:00:00,
+    with a 30 s grace period."""
+    pod = _failed_leader(state="state")
+    cs = pod["status"]["containerStatuses"][0]
+    cs["restartCount"], cs["lastState"] = restarts, {}
+    cs["state"]["terminated"]["finishedAt"] = finished
+    pod["metadata"].update(deletionTimestamp="2026-11-27T12:00:30Z",
+                           deletionGracePeriodSeconds=30)
+    return pod
+
+
+def test_a_run_that_failed_before_its_pod_was_deleted_still_counts() -> None:
+    """LeaderWorkerSet deletes a failed group at once: the leader's last state may show its
+    error exit only with the deletion already under way. A run that ended after the deletion
+    was asked was stopped, whatever its code."""
+    failed = serving_failure(_deleted_leader("2026-11-27T11:59:58Z"))
+    assert failed is not None and "exited with code 17" in failed
+    assert serving_failure(_deleted_leader("2026-11-27T12:00:05Z")) is None  # stopped
+    assert serving_failure(_deleted_leader("2026-11-27T12:00:00Z")) is None  # the same second
+    unfinished = _deleted_leader("")
+    assert serving_failure(unfinished) is None
+    # the run before its last restart counts, whenever it ended
+    restarted = _deleted_leader("2026-11-27T12:00:05Z", restarts=1)
+    restarted["status"]["containerStatuses"][0]["lastState"] = _failed_leader()["status"][
+        "containerStatuses"][0]["lastState"]
+    assert serving_failure(restarted) is not None
+
+
 def test_a_failed_serving_container_degrades_the_rollout_until_it_is_ready() -> None:
     w = World(serving_failure=serving_failure(_failed_leader()))
     w.through_jobs()

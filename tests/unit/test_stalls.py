@@ -364,3 +364,19 @@ def test_a_serving_failure_seen_once_is_kept_until_every_replica_is_ready() -> N
                                         "status": {"readyReplicas": 1}}) is None
     assert checks.serving_failure(dep, rolling) is None  # forgotten once ready
 
+
+
+def test_a_failure_seen_only_in_the_deleted_pod_is_reported() -> None:
+    """kopf hands a handler only the latest of the events within its batch window: a leader's
+    error exit and its deletion by LeaderWorkerSet may come as one DELETED event."""
+    from tests.unit.test_plan import _deleted_leader
+
+    checks = PodChecks()
+    gone = _deleted_leader("2026-11-27T11:59:58Z")
+    assert checks.pod_gone(gone) == "demo"  # a new failure: reconcile
+    assert checks.pod_gone(gone) is None  # known already
+    assert checks.pod_changed(gone) is None
+    assert checks.pod_gone(_deleted_leader("2026-11-27T12:00:05Z")) is None  # stopped: nothing
+    verify = _deleted_leader("2026-11-27T11:59:58Z")
+    verify["metadata"]["labels"][c.LABEL_COMPONENT] = c.COMPONENT_VERIFY
+    assert PodChecks().pod_gone(verify) is None  # a verification pod's end is read elsewhere

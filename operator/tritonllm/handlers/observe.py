@@ -275,24 +275,40 @@ class PodChecks:
         timed = self._record_times(meta.get("namespace", ""), name, pod)
         if message is None:
             return name if timed or placed else None
+        return name if self._record_failure(name, pod, message) else None
+
+    def _record_failure(self, name: str, pod: Obj, message: str) -> bool:
+        """Keep a serving container's error exit; True when it is a new one (this pod, these
+        restart counts)."""
+        meta = pod["metadata"]
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         restarts = tuple(str(cs.get("restartCount", 0)) for cs in statuses)
         identity = (meta.get("uid", ""), *restarts)
         key = (meta.get("namespace", ""), name)
         if self._failed.get(key, ((), ""))[0] == identity:
-            return None
+            return False
         self._failed[key] = (identity, message)
-        return name
+        return True
 
-    def pod_gone(self, pod: Obj) -> None:
-        """A serving pod was deleted: the scheduler no longer needs to place it."""
+    def pod_gone(self, pod: Obj) -> str | None:
+        """A serving pod was deleted: the scheduler no longer needs to place it. Its last state
+        may be the first we see of a container that exited with an error: kopf hands a handler
+        only the latest of the events that come within its batch window, and LeaderWorkerSet
+        deletes a failed group at once. Returns the deployment's name when that failure is new
+        (worth a reconcile)."""
         meta = pod["metadata"]
-        if (meta.get("labels") or {}).get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
+        labels = meta.get("labels") or {}
+        if labels.get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
             self._job_pod(pod, gone=True)
-            return
-        name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
-        if name:
-            self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
+            return None
+        name = labels.get(c.LABEL_INSTANCE)
+        if not name:
+            return None
+        self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
+        if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_VERIFY:
+            return None
+        message = serving_failure(pod)
+        return name if message is not None and self._record_failure(name, pod, message) else None
 
     def _job_pod(self, pod: Obj, *, gone: bool) -> bool:
         """Keep what says why a Job's pod does not start (tritonllm.plan.stalls.job_stall), for

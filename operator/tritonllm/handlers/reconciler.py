@@ -133,8 +133,11 @@ class Reconciler:
                     self.request(ns, user)
 
     def pod_gone(self, pod: dict[str, Any]) -> None:
-        """A serving pod was deleted (what the scheduler said of it no longer holds)."""
-        self._pods.pod_gone(pod)
+        """A serving pod was deleted (what the scheduler said of it no longer holds; an error
+        exit that its last state shows is reported as from a change)."""
+        name = self._pods.pod_gone(pod)
+        if name:
+            self.request(pod["metadata"].get("namespace", ""), name)
 
     def stop(self) -> None:
         """The replica stops acting: requests from now on are dropped."""

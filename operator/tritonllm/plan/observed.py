@@ -213,14 +213,42 @@ def serving_failure(pod: Obj) -> str | None:
     if labels.get(c.LABEL_COMPONENT) not in SERVING_COMPONENTS:
         return None
     # A container that ends while its pod is deleted was stopped, whatever its status: only the
-    # run before its last restart counts then.
-    deleting = bool(pod["metadata"].get("deletionTimestamp"))
+    # run before its last restart counts then, and a run that had ended before the deletion
+    # began (a failed group's leader, deleted by LeaderWorkerSet once it failed).
+    deletion = _deletion_began(pod["metadata"])
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (None if deleting else cs.get("state"), cs.get("lastState")):
-            said = _exited(cs, (state or {}).get("terminated") or {})
+        for state in (cs.get("state"), cs.get("lastState")):
+            term = (state or {}).get("terminated") or {}
+            if state is cs.get("state") and deletion is not None and not _ended_before(
+                    term, deletion):
+                continue
+            said = _exited(cs, term)
             if said:
                 return f"pod {pod['metadata'].get('name')}: {said}"
     return None
+
+
+def _deletion_began(meta: Obj) -> dt.datetime | None:
+    """When the pod's deletion was asked (its deletionTimestamp less the grace period); None
+    when it is not being deleted."""
+    stamp = _time(meta.get("deletionTimestamp"))
+    if not meta.get("deletionTimestamp"):
+        return None
+    if stamp is None:
+        return dt.datetime.max.replace(tzinfo=dt.UTC)  # unreadable: nothing ended before it
+    return stamp - dt.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+
+
+def _ended_before(term: Obj, moment: dt.datetime) -> bool:
+    finished = _time(term.get("finishedAt"))
+    return finished is not None and finished < moment
+
+
+def _time(value: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
 
 
 def unschedulable_message(pods: Sequence[Obj]) -> str | None:
