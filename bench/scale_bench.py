@@ -691,9 +691,14 @@ def run_with_operator(cluster: LocalCluster, n: int, namespace: str, resync: flo
         try:
             return observe(op.proc.pid, op.metrics, TRITONLLM_METRICS, steady, converge)
         finally:
-            if logs:
-                logs.mkdir(parents=True, exist_ok=True)
-                (logs / f"tritonllm-{n}.log").write_bytes(op.log.read_bytes())
+            keep_log(logs, f"tritonllm-{n}.log", op.log)
+
+
+def keep_log(logs: Path | None, name: str, log: Path) -> None:
+    """An operator's log, kept in `logs` (--logs) under `name`."""
+    if logs:
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / name).write_bytes(log.read_bytes())
 
 
 def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout: float,
@@ -738,9 +743,7 @@ def run_nim(cluster: LocalCluster, n: int, namespace: str, binary: Path, timeout
         try:
             return observe(mgr.proc.pid, mgr.metrics, NIM_METRICS, steady, converge)
         finally:
-            if logs:
-                logs.mkdir(parents=True, exist_ok=True)
-                (logs / f"nim-operator-{n}.log").write_bytes(mgr.log.read_bytes())
+            keep_log(logs, f"nim-operator-{n}.log", mgr.log)
 
 
 def times(side: Side) -> dict[str, Any]:

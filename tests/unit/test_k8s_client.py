@@ -207,56 +207,43 @@ def test_waiting_requests_that_converge_go_before_those_that_report(tmp_path: Pa
                      ("POST", "events")]
 
 
-def test_a_report_waits_behind_converging_requests_only_so_long() -> None:
-    """A burst of converging writes does not starve a status write: once it has waited its
-    patience, it is served next (then the converging ones go on first)."""
+def served(slots: Slots, converging: int, in_flight: float) -> list[str]:
+    """The order in which one status write, then `converging` applies (all waiting for the one
+    slot, each `in_flight` seconds once served), get the slot."""
     order: list[str] = []
 
     async def main() -> None:
-        slots = Slots(1, patience=0.2)
         await slots.acquire(CONVERGE)  # the one slot, taken
 
         async def request(name: str, priority: int) -> None:
             await slots.acquire(priority)
             order.append(name)
-            await asyncio.sleep(0.06)  # the request in flight
+            await asyncio.sleep(in_flight)
             slots.release()
 
         tasks = [asyncio.create_task(request("status", REPORT))]
         await asyncio.sleep(0)
-        tasks += [asyncio.create_task(request(f"apply{i}", CONVERGE)) for i in range(8)]
+        tasks += [asyncio.create_task(request(f"apply{i}", CONVERGE))
+                  for i in range(converging)]
         await asyncio.sleep(0)
         slots.release()
         await asyncio.gather(*tasks)
 
     asyncio.run(main())
+    return order
+
+
+def test_a_report_waits_behind_converging_requests_only_so_long() -> None:
+    """A burst of converging writes does not starve a status write: once it has waited its
+    patience, it is served next (then the converging ones go on first)."""
+    order = served(Slots(1, patience=0.2), 8, 0.06)
     # apply0..apply2 (0.18 s) before the status is 0.2 s old, then the status, then the rest
     assert order.index("status") in (3, 4), order
     assert [x for x in order if x != "status"] == [f"apply{i}" for i in range(8)]
 
 
 def test_without_patience_reports_wait_for_every_converging_request() -> None:
-    order: list[str] = []
-
-    async def main() -> None:
-        slots = Slots(1)
-        await slots.acquire(CONVERGE)
-
-        async def request(name: str, priority: int) -> None:
-            await slots.acquire(priority)
-            order.append(name)
-            await asyncio.sleep(0.02)
-            slots.release()
-
-        tasks = [asyncio.create_task(request("status", REPORT))]
-        await asyncio.sleep(0)
-        tasks += [asyncio.create_task(request(f"apply{i}", CONVERGE)) for i in range(5)]
-        await asyncio.sleep(0)
-        slots.release()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(main())
-    assert order[-1] == "status"
+    assert served(Slots(1), 5, 0.02)[-1] == "status"
 
 
 class Throttling:
