@@ -609,6 +609,9 @@ def test_a_run_that_failed_before_its_pod_was_deleted_still_counts() -> None:
     assert serving_failure(_deleted_leader("2026-11-27T12:00:00Z")) is None  # the same second
     unfinished = _deleted_leader("")
     assert serving_failure(unfinished) is None
+    unreadable = _deleted_leader("2026-11-27T11:59:58Z")
+    unreadable["metadata"]["deletionTimestamp"] = "soon"
+    assert serving_failure(unreadable) is None  # as stopped: nothing is known to end before
     # the run before its last restart counts, whenever it ended
     restarted = _deleted_leader("2026-11-27T12:00:05Z", restarts=1)
     restarted["status"]["containerStatuses"][0]["lastState"] = _failed_leader()["status"][

@@ -217,11 +217,10 @@ def serving_failure(pod: Obj) -> str | None:
     # began (a failed group's leader, deleted by LeaderWorkerSet once it failed).
     deletion = _deletion_began(pod["metadata"])
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        for state in (cs.get("state"), cs.get("lastState")):
-            term = (state or {}).get("terminated") or {}
-            if state is cs.get("state") and deletion is not None and not _ended_before(
-                    term, deletion):
-                continue
+        current = (cs.get("state") or {}).get("terminated") or {}
+        if deletion is not None and not _ended_before(current, deletion):
+            current = {}  # stopped by the deletion
+        for term in (current, (cs.get("lastState") or {}).get("terminated") or {}):
             said = _exited(cs, term)
             if said:
                 return f"pod {pod['metadata'].get('name')}: {said}"
@@ -235,7 +234,7 @@ def _deletion_began(meta: Obj) -> dt.datetime | None:
     if not meta.get("deletionTimestamp"):
         return None
     if stamp is None:
-        return dt.datetime.max.replace(tzinfo=dt.UTC)  # unreadable: nothing ended before it
+        return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: nothing ended before it
     return stamp - dt.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
 
 
