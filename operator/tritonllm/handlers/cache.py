@@ -8,11 +8,10 @@ A steady-state reconcile therefore sends no read request, and nothing it does is
 the number of deployments: no list of all deployments or all Jobs, an engine-cache hit is one
 dict lookup. Kinds the operator creates are watched with a label selector on its managed-by label
 (the API server filters: another team's ConfigMaps or Jobs never reach the process). Secrets are
-not watched at all (tritonllm.handlers.observe reads the two it needs by name). Pods are not
-watched either (each goes through half a dozen states, a thousand deployments' worth of events
-for what matters only when something is wrong): a failed Job's pods and the pods of a rollout
-that is not done are listed when, and only when, a reconcile needs them
-(tritonllm.handlers.observe).
+not watched at all (tritonllm.handlers.observe reads the two it needs by name). Of pods, only
+the operator's own are watched (label-selected), and only why one fails or does not start and
+the times of a revision's phases are kept (tritonllm.handlers.observe.PodChecks); a failed Job's
+pods are listed when a reconcile needs their termination messages.
 
 The children whose spec and status the planner never reads (ConfigMaps, Services,
 NetworkPolicies, HPAs, PDBs: `METADATA_KINDS`) are not watched through kopf at all: the

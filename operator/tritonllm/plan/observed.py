@@ -230,9 +230,9 @@ def serving_failure(pod: Obj) -> str | None:
 def _deletion_began(meta: Obj) -> dt.datetime | None:
     """When the pod's deletion was asked (its deletionTimestamp less the grace period); None
     when it is not being deleted."""
-    stamp = _time(meta.get("deletionTimestamp"))
     if not meta.get("deletionTimestamp"):
         return None
+    stamp = _time(meta["deletionTimestamp"])
     if stamp is None:
         return dt.datetime.min.replace(tzinfo=dt.UTC)  # unreadable: nothing ended before it
     return stamp - dt.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
