@@ -78,8 +78,19 @@ def pytest_runtest_protocol(
     try:
         yield
     finally:
-        if mode != "exclusive" or lanes.lock_mode(nextitem) != "exclusive":
+        if not lanes.keeps_lock(item, nextitem):
             _cluster_lock.release()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Mark a test whose setup, call or teardown failed (lanes.keeps_lock reads it)."""
+    report = yield
+    if report.failed:
+        item.stash[lanes.FAILED] = True
+    return report
 
 
 def _say(config: pytest.Config, line: str) -> None:

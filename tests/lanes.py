@@ -27,8 +27,10 @@ The cluster-wide lock is a readers-writer lock (flock) on two files in
 ``~/.cache/tritonllm/locks/<cluster>/``:
 a shared-lane test holds it shared for its run, an exclusive test holds it exclusively, and a
 turnstile taken first keeps a waiting exclusive test from being overtaken by new shared ones.
-An exclusive test keeps the lock while the next test on its worker is exclusive too, so the
-exclusive lane drains the others once rather than once per test. A worker that must wait says
+An exclusive test that passed keeps the lock while the next test on its worker is exclusive too,
+so the exclusive lane drains the others once rather than once per test; one that failed (in its
+setup, call or teardown) releases it at once, so the shared lanes' waiting tests run before the
+next exclusive one rather than behind the rest of the exclusive lane. A worker that must wait says
 so on the terminal at once, with the test it waits for. A plain ``pytest`` run (no workers)
 takes the same locks, never waits, and behaves as before.
 """
@@ -182,6 +184,22 @@ def lock_mode(item: pytest.Item | None) -> str | None:
     if item is None or not needs_cluster(item):
         return None
     return "exclusive" if lane(item) == "exclusive" else "shared"
+
+
+#: Set on a test (tests/conftest.py) when one of its phases failed.
+FAILED = pytest.StashKey[bool]()
+
+
+def keeps_lock(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Whether the worker keeps the cluster lock after `item`: only when an exclusive test that
+    passed is followed on its worker by another exclusive one. A failed test never keeps it: a
+    failure is often a slow one (a wait that timed out), and the shared lanes have waited for it
+    already."""
+    return (
+        lock_mode(item) == "exclusive"
+        and lock_mode(nextitem) == "exclusive"
+        and not item.stash.get(FAILED, False)
+    )
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ Layout of the state directory (default ``~/.cache/tritonllm/cluster/<name>/``)::
     state.json      ports and pids of the running processes
     pki/            CA, serving and client certificates (kept across restarts)
     etcd/           etcd data (wiped on every `up`: each start is a fresh cluster)
-    logs/<proc>.log output of each process
+    logs/<proc>.log output of each process; its earlier starts' in <proc>.log.1 (newest) to .5
     run/            per-process scratch (self-signed serving certs, configs)
 
 Start order: etcd, kube-apiserver (wait for /readyz), CRDs and nodes, then kube-controller-manager,
@@ -532,7 +532,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         log = self.logs_dir / f"{name}.log"
-        # each start is a fresh cluster: fresh logs too
+        # a new log per start, the earlier ones kept as <name>.log.1... (procs.rotate)
         header = f"==== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n".encode()
         child = procs.spawn(argv, log, cwd=self._run_dir, env=env, header=header)
         self._children[child.pid] = child
@@ -745,26 +745,31 @@ class LocalCluster:
         self.crd_errors = errors
         return errors
 
-    def wait_established(self, *crds: str, timeout: float = 180) -> None:
+    def wait_established(
+        self, *crds: str, timeout: float = 180, interval: float = 0.3
+    ) -> None:
         """Wait until each named CRD is Established. (`kubectl wait --for=condition=...` fails at
-        once on a CRD whose status has no conditions yet, right after it is created.) The bound
-        is generous: on a loaded 2-core machine a freshly started API server once took over 60 s
-        to establish prometheus-operator's large PrometheusRule CRD."""
+        once on a CRD whose status has no conditions yet, right after it is created.) Giving up,
+        it names each CRD still pending with its conditions (or that it does not exist)."""
         deadline = time.monotonic() + timeout
         pending = list(crds)
-        while pending:
-            out = self.kubectl("get", "crd", *pending, "-o", "json", check=False)
-            items = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
-            established = {
-                i["metadata"]["name"] for i in items
-                if any(cond.get("type") == "Established" and cond.get("status") == "True"
-                       for cond in (i.get("status") or {}).get("conditions") or [])
-            }
-            pending = [name for name in pending if name not in established]
-            if pending and time.monotonic() > deadline:
-                raise ClusterError(f"CRDs not Established within {timeout:.0f}s: {pending}")
-            if pending:
-                time.sleep(0.3)
+        seen: dict[str, dict[str, Any]] = {}
+        while True:
+            out = self.kubectl(
+                "get", "crd", *pending, "-o", "json", "--ignore-not-found", check=False
+            )
+            if out.returncode == 0:
+                seen = crd_objects(out.stdout)
+                pending = [name for name in pending if not crd_established(seen.get(name))]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                states = "; ".join(f"{name}: {describe_crd(seen.get(name))}" for name in pending)
+                failed = f" (kubectl: {out.stderr.strip()})" if out.returncode else ""
+                raise ClusterError(
+                    f"CRDs not Established within {timeout:.0f}s: {states}{failed}"
+                )
+            time.sleep(interval)
 
     def _wait_crds_established(self, deadline: float) -> None:
         remaining = max(1, int(deadline - time.monotonic()))
@@ -854,6 +859,42 @@ class LocalCluster:
             ).returncode
             == 0
         )
+
+
+def crd_objects(kubectl_json: str) -> dict[str, dict[str, Any]]:
+    """The CRDs in the output of ``kubectl get crd NAME... -o json``, by name. kubectl prints a
+    List for several names but the object itself for one, so both are read (reading only a
+    List's items once made the wait for the last pending CRD of a set never end)."""
+    if not kubectl_json.strip():  # --ignore-not-found, none found
+        return {}
+    doc = json.loads(kubectl_json)
+    items = (doc.get("items") or []) if doc.get("kind") == "List" else [doc]
+    return {item["metadata"]["name"]: item for item in items}
+
+
+def _conditions(crd: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((crd.get("status") or {}).get("conditions") or [])
+
+
+def crd_established(crd: dict[str, Any] | None) -> bool:
+    return crd is not None and any(
+        c.get("type") == "Established" and c.get("status") == "True" for c in _conditions(crd)
+    )
+
+
+def describe_crd(crd: dict[str, Any] | None) -> str:
+    """Why a CRD is not Established, as the API server says: its conditions, its deletion."""
+    if crd is None:
+        return "not found"
+    parts = [
+        f"{c.get('type')}={c.get('status')}"
+        + (f" ({c.get('reason')}: {c.get('message')})" if c.get("reason") else "")
+        for c in _conditions(crd)
+    ]
+    deleting = crd.get("metadata", {}).get("deletionTimestamp")
+    if deleting:
+        parts.append(f"being deleted since {deleting}")
+    return ", ".join(parts) or "no conditions yet"
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -187,10 +187,30 @@ def listen_free(port: int) -> bool:
         return True
 
 
+#: How many earlier runs' logs of one process are kept beside its current log.
+LOG_GENERATIONS = 5
+
+
+def rotate(log: Path, keep: int = LOG_GENERATIONS) -> None:
+    """Move `log` to ``<log>.1`` (``.1`` to ``.2``..., the oldest beyond `keep` dropped), so that
+    a process started again (a restarted API server, a cluster stopped and started) does not
+    erase what the previous run logged: the log of a failure is read after the run."""
+    if keep < 1 or not log.exists():
+        return
+    older = [log.with_name(f"{log.name}.{n}") for n in range(1, keep + 1)]
+    older[-1].unlink(missing_ok=True)
+    for n in range(keep - 1, 0, -1):
+        if older[n - 1].exists():
+            older[n - 1].replace(older[n])
+    log.replace(older[0])
+
+
 def spawn(argv: list[str], log: Path, *, cwd: Path, env: dict[str, str] | None = None,
           header: bytes = b"") -> subprocess.Popen[bytes]:
-    """Start a long-running process in its own session, stdout and stderr into `log` (written
-    fresh, after `header`), stdin closed, the environment extended with `env`."""
+    """Start a long-running process in its own session, stdout and stderr into `log` (a new
+    file after `header`; the earlier ones rotated, see `rotate`), stdin closed, the environment
+    extended with `env`."""
+    rotate(log)
     with log.open("wb") as fh:
         if header:
             fh.write(header)

@@ -1,6 +1,7 @@
 """Autoscaling for real, proven with load: the CPU stand-in on the real node, its Triton metrics
 scraped by Prometheus, the chart's recording and adapter rules, an HPA through
-prometheus-adapter, KEDA from zero behind the HAProxy activator, and the operator never writing
+prometheus-adapter, KEDA from zero behind the HAProxy activator (which admits, under the node's
+NetworkPolicy enforcer, only the sources the serving pods admit), and the operator never writing
 a replica count.
 
 Real: every pod of the serving path (tritonserver from the stand-in image, HAProxy from Debian),
@@ -28,12 +29,14 @@ from bench.autoscaling import Load, burst, summary
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
+from tests.cluster.test_real_flow import RESTRICTED_CONTAINER, RESTRICTED_POD
+from tests.cluster.test_real_multinode import _probe_pod
 from tests.helpers import example_body, free_port
 from tritonllm.api import constants as c
 from tritonllm_dev import images
 from tritonllm_dev.autoscaling import AutoscalingStack
 from tritonllm_dev.local import LocalCluster
-from tritonllm_dev.node import REGISTRY_ADDR, STANDIN_GPUS
+from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, STANDIN_GPUS, tolerations
 from tritonllm_dev.testing import fresh_namespace, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
@@ -263,3 +266,94 @@ def test_kv_cache_and_pending_requests_reach_prometheus_from_the_real_pod(env: E
     series = env.stack.query(f'nv_trt_llm_kv_cache_block_metrics{{namespace="{env.ns}"}}')
     kinds = {s["metric"].get("kv_cache_block_type") for s in series}
     assert {"max", "free", "used", "tokens_per"} <= kinds, kinds
+
+
+def _answer_pod(env: Env, ns: str, name: str, url: str) -> str:
+    """A pod of `ns` that POSTs one prompt to `url` and prints the answer. A refused connection
+    is tried again for 30 s (the policy enforcer admits a new pod a moment after it starts); the
+    answer itself may take a cold start (300 s)."""
+    script = (
+        "import json, time, urllib.error, urllib.request\n"
+        f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': 'hello world', "
+        "'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
+        "end = time.monotonic() + 30\n"
+        "while True:\n"
+        "    try:\n"
+        "        print('ANSWER', urllib.request.urlopen(req, timeout=300).read().decode())\n"
+        "        break\n"
+        "    except urllib.error.URLError as exc:\n"
+        "        if not isinstance(exc.reason, ConnectionRefusedError) "
+        "or time.monotonic() > end:\n"
+        "            raise\n"
+        "        print('REFUSED', exc.reason, flush=True)\n"
+        "        time.sleep(0.5)\n"
+    )
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
+            "tolerations": tolerations(),
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": RESTRICTED_POD,
+            "containers": [{"name": "client", "image": env.refs["triton-standin"],
+                            "command": ["python3", "-c", script],
+                            "securityContext": RESTRICTED_CONTAINER,
+                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}],
+        },
+    }
+    env.cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    wait_for(lambda: env.cluster.kubectl_json("get", "pod", name, "-n", ns)["status"].get(
+        "phase") in ("Succeeded", "Failed"), timeout=360, interval=1, what=f"{name} done")
+    return str(env.cluster.kubectl("logs", name, "-n", ns).stdout)
+
+
+def test_at_zero_the_activator_answers_only_the_namespaces_the_policy_admits(env: Env) -> None:
+    """Scale to zero with `networkPolicy.fromNamespaces`: the Service selects the activator's
+    pods, and kube-router enforces their policy. A pod of a namespace the policy does not name
+    opens no connection to the Service or to an activator pod; a pod of the named namespace is
+    answered from zero, through the activator."""
+    name = "scale-policy"
+    gateway, other = f"{env.ns}-gw", f"{env.ns}-other"
+    for ns in (gateway, other):
+        env.cluster.kubectl("create", "namespace", ns, check=False)
+    obj = example_body(EXAMPLE, networkPolicy={"fromNamespaces": [gateway]})
+    obj["metadata"] = {"name": name, "namespace": env.ns}
+    try:
+        env.cluster.apply([obj])
+        _ready(env, name)
+        _wait_replicas(env, name, 0, 180, "KEDA scales the idle deployment to zero")
+        wait_for(lambda: env.kubectl_json("get", "deployment", f"{name}-activator")["status"]
+                 .get("readyReplicas") == 2, timeout=120, interval=0.5,
+                 what="the activator's two pods Ready")
+        wait_for(lambda: not env.kubectl_json(
+            "get", "pods", "-l", f"{c.LABEL_INSTANCE}={name},"
+            f"{c.LABEL_COMPONENT}={c.COMPONENT_SERVER}")["items"],
+            timeout=120, interval=0.5, what="no serving pod left")
+        service = env.kubectl_json("get", "svc", name)["spec"]
+        assert service["selector"][c.LABEL_COMPONENT] == "activator", service
+        activators = env.kubectl_json("get", "pods", "-l", f"{c.LABEL_INSTANCE}={name},"
+                                      f"{c.LABEL_COMPONENT}=activator")["items"]
+        targets = [(service["clusterIP"], c.HTTP_PORT), (service["clusterIP"], c.GRPC_PORT)]
+        targets += [(p["status"]["podIP"], port) for p in activators
+                    for port in (c.HTTP_PORT, c.GRPC_PORT)]
+
+        outside = _probe_pod(env, other, "probe-outside", targets)
+        print(f"\n[measure] activator policy: other namespace opened "
+              f"{sum(outside.values())} of {len(outside)} targets in 15 s")
+        assert not any(outside.values()), f"{outside}\n{env.diagnose()}"
+        assert env.replicas(name)[0] == 0  # nothing reached the activator: still at zero
+
+        t0 = time.monotonic()
+        url = f"http://{name}.{env.ns}.svc.cluster.local:{c.HTTP_PORT}/v2/models/ensemble/generate"
+        log = _answer_pod(env, gateway, "answer-gateway", url)
+        took = time.monotonic() - t0
+        print(f"[measure] activator policy: allowed namespace answered from zero in {took:.1f} s")
+        assert '"text_output":"hello world"' in log, (
+            f"{log}\n{env.activator_logs(name)}\n{env.diagnose()}")
+        assert env.replicas(name)[0] >= 1  # the held request activated the deployment
+    finally:
+        env.cluster.kubectl("delete", "tllm", name, "-n", env.ns, "--wait=false", check=False)
+        for ns in (gateway, other):
+            env.cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -7,6 +7,7 @@ ServiceAccount and reconciles a deployment to Ready with nothing but those permi
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -15,15 +16,21 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cases import ROOT
+from tests.cases import EXAMPLES, ROOT
 from tests.cluster.operator_harness import (
     prepare_namespace,
     run_operator,
     wait_ready,
 )
+from tritonllm.api.deployment import parse_deployment
 from tritonllm.cli.crd import chart_crd_texts
+from tritonllm.render import RenderOptions, render_all
+from tritonllm.render.jobs import engine_cleanup_job
+from tritonllm.render.mpi import mpi_secret
+from tritonllm_dev.autoscaling import install_keda_crds, install_prometheus_operator_crds
 from tritonllm_dev.build import ensure_all
 from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.testing import wait_for
 from tritonllm_dev.versions import HELM, KUBERNETES
 
 CHART = ROOT / "charts" / "tritonllm"
@@ -58,6 +65,29 @@ def template(helm: str, *sets: str) -> list[dict[str, Any]]:
     for s in sets:
         args += ["--set", s]
     return [d for d in yaml.safe_load_all(run_helm(helm, *args).stdout) if d]
+
+
+def sa_kubeconfig(cluster: LocalCluster, namespace: str, sa: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (a TokenRequest token), nothing
+    else: what the operator's pod would hold."""
+    token = cluster.kubectl("create", "token", sa, "-n", namespace,
+                            "--duration=1h").stdout.strip()
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": cfg["clusters"][0]["cluster"]}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
+        "current-context": "sa",
+    }))
+    return path
+
+
+def kubectl_as(kubeconfig: Path, *args: str, input: str | None = None,
+               ) -> subprocess.CompletedProcess[str]:
+    """The cached kubectl with only `kubeconfig`'s credentials (not the cluster admin's)."""
+    return subprocess.run([str(KUBERNETES.path("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+                          input=input, capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.mark.chart
@@ -161,31 +191,199 @@ def test_chart_rbac_is_enough_to_reconcile(helm: str, cluster: LocalCluster, nam
              "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
              "--set", "replicaCount=1", "--set", "crds.install=false")
     try:
-        sa = f"{release}-tritonllm"
-        token = cluster.kubectl("create", "token", sa, "-n", namespace,
-                                "--duration=1h").stdout.strip()
-        cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-        server = cfg["clusters"][0]["cluster"]
-        restricted = {
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": server}],
-            "users": [{"name": sa, "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
-            "current-context": "sa",
-        }
-        kubeconfig = tmp_path / "sa.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(restricted))
+        kubeconfig = sa_kubeconfig(cluster, namespace, f"{release}-tritonllm",
+                                   tmp_path / "sa.kubeconfig")
         prepare_namespace(cluster, namespace)
+        spec = {"image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
+                "model": {"source": "hf://openai-community/gpt2"},
+                "gpu": {"product": "NVIDIA-H100-80GB-HBM3"}}
+        # One pod, and a LeaderWorkerSet group (its MPI key Secret too), under the chart's
+        # admission policy as well as its RBAC.
+        multi = {**spec, "gpu": {**spec["gpu"], "perNode": 2},
+                 "engine": {"parallelism": {"tensor": 2, "pipeline": 2}}}
         with run_operator(cluster, namespace, tmp_path, kubeconfig=kubeconfig) as op:
             cluster.apply([{
                 "apiVersion": "tritonllm.io/v1alpha1", "kind": "TritonLLMDeployment",
-                "metadata": {"name": "rbac-check", "namespace": namespace},
-                "spec": {"image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
-                         "model": {"source": "hf://openai-community/gpt2"},
-                         "gpu": {"product": "NVIDIA-H100-80GB-HBM3"}},
-            }])
+                "metadata": {"name": name, "namespace": namespace}, "spec": body,
+            } for name, body in (("rbac-check", spec), ("rbac-multi", multi))])
             wait_ready(cluster, namespace, "rbac-check")
+            wait_ready(cluster, namespace, "rbac-multi")
             assert not refused(op.logs())
+    finally:
+        run_helm(helm, "uninstall", release, "--namespace", namespace,
+                 "--kubeconfig", str(cluster.kubeconfig), check=False)
+
+
+def admission_policy(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    return policy, binding
+
+
+@pytest.mark.chart
+def test_admission_policy_holds_the_operator_service_account(helm: str) -> None:
+    """The default install binds a policy that matches the operator's ServiceAccount only (by
+    its username) and denies, whatever RBAC grants it, what the operator never renders."""
+    policy, binding = admission_policy(template(helm))
+    assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (who,) = spec["matchConditions"]
+    assert who["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:tritonllm-system:demo-tritonllm'")
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["*/*"]
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    checks = " ".join(v["expression"] for v in spec["validations"])
+    assert "['kube-system','kube-public','kube-node-lease']" in checks
+    for needed in ("'Opaque'", "automountServiceAccountToken == false", "serviceAccountToken",
+                   "hostPath", "privileged", "variables.newOurs && variables.oldOurs"):
+        assert needed in checks, needed
+    # Another ServiceAccount name, another namespace: the username follows.
+    policy, _ = admission_policy(template(helm, "serviceAccount.name=op"))
+    assert "tritonllm-system:op'" in policy["spec"]["matchConditions"][0]["expression"]
+    # Off on request (e.g. a cluster that enforces the same with its own policy engine).
+    kinds = {d["kind"] for d in template(helm, "rbac.admissionPolicy.enabled=false")}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+@pytest.mark.chart
+@pytest.mark.parametrize(("namespace", "sets", "says"), [
+    ("kube-system", (), "the release's namespace kube-system"),
+    ("ops", ("settings.namespaces={team-a,kube-public}",), "settings.namespaces names kube-public"),
+])
+def test_admission_policy_never_protects_the_operators_own_namespaces(
+    helm: str, namespace: str, sets: tuple[str, ...], says: str
+) -> None:
+    """A namespace the operator must write in (its Lease, a watched namespace) cannot also be
+    one it may not write in: the install fails, saying which."""
+    args = ["template", "demo", str(CHART), "--namespace", namespace, *KUBE]
+    for s in sets:
+        args += ["--set", s]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+    allowed = run_helm(helm, *args, "--set", "rbac.admissionPolicy.protectedNamespaces={other}")
+    assert "kind: ValidatingAdmissionPolicy\n" in allowed.stdout
+
+
+OURS = {"app.kubernetes.io/managed-by": "tritonllm"}
+
+
+def token_secret(namespace: str) -> dict[str, Any]:
+    """A Secret the token controller fills with a token of the namespace's `default`
+    ServiceAccount: whoever may create it and read it back acts as that ServiceAccount."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": "minted", "namespace": namespace, "labels": OURS,
+                         "annotations": {"kubernetes.io/service-account.name": "default"}}}
+
+
+def workload(namespace: str, **pod: Any) -> dict[str, Any]:
+    """A labelled Deployment whose pods run as the namespace's `default` ServiceAccount."""
+    labels = {"app": "escalate"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "escalate", "namespace": namespace, "labels": OURS},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/x:1"}],
+                         **pod}}}}
+
+
+def escalations(namespace: str) -> list[tuple[dict[str, Any], str]]:
+    """What the operator's ServiceAccount could do with its RBAC alone, and the words of the
+    policy that refuses each."""
+    no_token = {"automountServiceAccountToken": False}
+    projected = {"name": "t", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]}}
+    return [
+        (token_secret(namespace), "only Opaque Secrets, not kubernetes.io/service-account-token"),
+        (workload(namespace), "get no ServiceAccount token"),
+        (workload(namespace, serviceAccountName="default", automountServiceAccountToken=True),
+         "get no ServiceAccount token"),
+        (workload(namespace, **no_token, volumes=[projected]), "get no ServiceAccount token"),
+        (workload(namespace, **no_token, volumes=[{"name": "h", "hostPath": {"path": "/"}}]),
+         "mount no hostPath"),
+        (workload(namespace, **no_token, hostPID=True), "share no host namespace"),
+        ({"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "x", "namespace": "kube-system", "labels": OURS}},
+         "may not write in namespace kube-system"),
+        ({"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "x", "namespace": namespace}},
+         "only objects labelled app.kubernetes.io/managed-by=tritonllm"),
+    ]
+
+
+def every_rendered_object(namespace: str) -> list[dict[str, Any]]:
+    """Every object the operator creates for every example (verification workloads, scale to
+    zero's activator, KEDA, PodMonitors, LeaderWorkerSets, the MPI key Secret, the engine
+    cleanup Job), in `namespace`."""
+    out: list[dict[str, Any]] = []
+    for path in EXAMPLES:
+        body = yaml.safe_load(path.read_text())
+        body["metadata"].update(namespace=namespace, uid="0b9d1c52-6a1e-4f0e-9c53-5c1f3e7d2a10")
+        dep = parse_deployment(body)
+        r = render_all(dep, RenderOptions(pod_monitors=True))
+        verify = [r.verify_workload] if r.verify_workload else []
+        out += [m.body for m in (*r.objects, *verify, mpi_secret(dep, {"id_ed25519": "k"}))]
+        out.append(engine_cleanup_job(dep, r.engine_key, RenderOptions()))
+    return out
+
+
+@pytest.mark.chart
+@pytest.mark.cluster
+def test_operator_service_account_cannot_mint_a_token(
+    helm: str, cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> None:
+    """With the chart's default (every namespace), RBAC lets the operator's ServiceAccount create
+    Secrets and workloads anywhere: a service-account-token Secret, or a pod that mounts a
+    token, would give it any ServiceAccount's rights. As that ServiceAccount (its own token),
+    each such request is refused by the chart's admission policy, while every object the
+    operator renders for every example is admitted (server-side dry runs: nothing is kept)."""
+    install_keda_crds(cluster)  # ScaledObjects and PodMonitors are among the rendered objects
+    install_prometheus_operator_crds(cluster)
+    release = f"vap-{namespace[-6:]}"
+    run_helm(helm, "install", release, str(CHART), "--namespace", namespace,
+             "--kubeconfig", str(cluster.kubeconfig), "--set", "settings.peering=",
+             "--set", "replicaCount=1", "--set", "crds.install=false",
+             "--set", "rbac.userRoles=false")
+    try:
+        kubeconfig = sa_kubeconfig(cluster, namespace, f"{release}-tritonllm",
+                                   tmp_path / "sa.kubeconfig")
+        cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "someone-elses", "namespace": namespace}}])
+        policy = f"ValidatingAdmissionPolicy '{release}-tritonllm-operator'"
+        minted = json.dumps(token_secret(namespace))
+        # The API server loads a new policy from its watch: enforced within moments.
+        wait_for(lambda: kubectl_as(kubeconfig, "create", "--dry-run=server", "-f", "-",
+                                    input=minted).returncode != 0, timeout=30,
+                 what="the admission policy enforced" + cluster.kubectl(
+                     "get", "validatingadmissionpolicy", f"{release}-tritonllm-operator",
+                     "-o", "jsonpath={.status}").stdout)
+        attempts = [*escalations(namespace), (None, "only objects labelled")]
+        for obj, says in attempts:
+            if obj is None:  # deleting (or changing) an object that is not the operator's
+                done = kubectl_as(kubeconfig, "delete", "configmap", "someone-elses",
+                                  "-n", namespace, "--dry-run=server")
+            else:
+                done = kubectl_as(kubeconfig, "create", "--dry-run=server", "-f", "-",
+                                  input=json.dumps(obj))
+            assert done.returncode != 0, (says, done.stdout)
+            assert policy in done.stderr and says in done.stderr, done.stderr
+        # The policy is the operator's only: the cluster's admin may still create the Secret.
+        admin = cluster.kubectl("create", "--dry-run=server", "-f", "-", check=False,
+                                input=minted)
+        assert admin.returncode == 0, admin.stderr
+        # Nothing the operator renders is refused.
+        objects = every_rendered_object(namespace)
+        assert {o["kind"] for o in objects} >= {
+            "Secret", "Job", "Deployment", "LeaderWorkerSet", "ScaledObject", "PodMonitor",
+            "ConfigMap", "Service", "NetworkPolicy", "PodDisruptionBudget",
+            "PersistentVolumeClaim", "HorizontalPodAutoscaler"}
+        done = kubectl_as(kubeconfig, "create", "--dry-run=server", "-f", "-",
+                          input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.count("(server dry run)") == len(objects), done.stdout
     finally:
         run_helm(helm, "uninstall", release, "--namespace", namespace,
                  "--kubeconfig", str(cluster.kubeconfig), check=False)
@@ -213,6 +411,8 @@ OPERATOR_VERBS = {
     "persistentvolumeclaims": {"list", "watch", "create", "patch"},
     "secrets": {"get", "create"},
     "pods": {"list", "watch"},  # serving pods watched for failures and phase times
+    "replicasets": {"get"},  # a verification pod's controller (tritonllm.handlers.smoke)
+    "statefulsets": {"get"},
     "events": {"create", "list"},
 }
 
@@ -303,17 +503,8 @@ def test_namespaced_rbac_is_enough_to_reconcile_and_no_more(
         assert can("get", "secrets") and not can("list", "secrets") and not can("watch", "secrets")
         assert not can("delete", "leaderworkersets") and not can("create", "pods/exec")
         assert not can("get", "secrets", "kube-system") and not can("list", "configmaps", None)
-        token = cluster.kubectl("create", "token", f"{release}-tritonllm", "-n", namespace,
-                                "--duration=1h").stdout.strip()
-        cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-        kubeconfig = tmp_path / "sa.kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "local", "cluster": cfg["clusters"][0]["cluster"]}],
-            "users": [{"name": "sa", "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa"}}],
-            "current-context": "sa",
-        }))
+        kubeconfig = sa_kubeconfig(cluster, namespace, f"{release}-tritonllm",
+                                   tmp_path / "sa.kubeconfig")
         prepare_namespace(cluster, namespace)
         with run_operator(cluster, namespace, tmp_path, kubeconfig=kubeconfig) as op:
             cluster.apply([{

@@ -13,7 +13,7 @@ import pytest
 
 from tritonllm_dev import procs
 from tritonllm_dev.host import GATEWAY
-from tritonllm_dev.local import LocalCluster
+from tritonllm_dev.local import ClusterError, LocalCluster
 from tritonllm_dev.manifests import A100, GPU_PRODUCT_LABEL, GPU_RESOURCE, H100
 from tritonllm_dev.testing import FAIL_LABEL, gpu_pod_spec, job, pod, wait_for
 from tritonllm_dev.versions import KUBERNETES_VERSION
@@ -34,6 +34,18 @@ def test_server_version_and_readiness(cluster: LocalCluster) -> None:
     assert cluster.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
     assert cluster.kubeconfig.is_file()
     assert ".kube" not in str(cluster.kubeconfig)
+
+
+def test_the_crd_wait_reads_one_crd_as_well_as_several(cluster: LocalCluster) -> None:
+    """kubectl prints several CRDs as a List but one by itself: a wait whose last pending CRD was
+    alone never saw it Established (prometheus-operator's, in the autoscaling tier)."""
+    names = ("tritonllmdeployments.tritonllm.io", "tritonllmengines.tritonllm.io")
+    start = time.monotonic()
+    cluster.wait_established(*names, timeout=20)
+    cluster.wait_established(names[0], timeout=20)
+    assert time.monotonic() - start < 10
+    with pytest.raises(ClusterError, match=r"absent\.example\.com: not found$"):
+        cluster.wait_established(names[1], "absent.example.com", timeout=1)
 
 
 def test_gpu_nodes(cluster: LocalCluster) -> None:

@@ -15,7 +15,8 @@ wheel and the few Python packages python3 lacks there). World size = the GPUs it
    with an NCCL all-reduce per token, NOT TensorRT-LLM) on cuda:<local rank> of each.
 4. Checks: one rank per GPU (by UUID), the ranks' CPU affinity, answers of HTTP generate and
    generate_stream and of gRPC (tritonclient) against the toy's unsharded reference, Triton's
-   nv_gpu_* metrics and inference counters moving on every GPU.
+   nv_gpu_* metrics on rank 0 covering exactly its pod's GPUs, each moving, and the inference
+   counters moving; in a group, the worker pods' GPUs busy in nvidia-smi.
 5. Figures (stand-in figures, not TensorRT-LLM): launch to ready, generate latency and tokens/s
    at each concurrency, GPU memory per process; with --on gpu,cpu the same again with the
    stand-in on the CPU (gloo), to show what the stand-in itself measures.
@@ -46,7 +47,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.triton_pipeline import PROMPT, drive, pct
 
@@ -82,6 +83,7 @@ from tritonllm.render import render_all
 from tritonllm.runtime.probes import product_label
 
 EXAMPLE = "gpt2-medium"
+T = TypeVar("T")
 SPECIAL = ("<pad>", "<unk>", "</s>", "<s>")  # tests/triton/make_tokenizer.py
 OTHER_GPU = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")  # an engine "built elsewhere"
 
@@ -222,6 +224,23 @@ def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def smi(*args: str) -> list[str]:
     return run("nvidia-smi", *args).stdout.strip().splitlines()
+
+
+def gpu_readings(lines: list[str]) -> dict[str, tuple[float, float]]:
+    """{uuid: (utilization as a fraction, memory used in bytes)} from nvidia-smi
+    --query-gpu=uuid,utilization.gpu,memory.used --format=csv,noheader,nounits."""
+    out = {}
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3 and fields[0].startswith("GPU-"):
+            with contextlib.suppress(ValueError):  # "[N/A]"
+                out[fields[0]] = (float(fields[1]) / 100, float(fields[2]) * 2**20)
+    return out
+
+
+def gpus_busy() -> dict[str, tuple[float, float]]:
+    return gpu_readings(smi("--query-gpu=uuid,utilization.gpu,memory.used",
+                            "--format=csv,noheader,nounits"))
 
 
 def gpus_listed() -> list[tuple[int, str, str]]:
@@ -474,15 +493,16 @@ def placement(stack: Stack, world: int, check: Checks) -> None:
 
 
 @contextlib.contextmanager
-def sampling(server: Server, every: float = 0.5) -> Iterator[list[list[Sample]]]:
-    """Metrics scraped in the background while the block runs."""
-    samples: list[list[Sample]] = []
+def sampling(read: Callable[[], T], every: float = 0.5) -> Iterator[list[T]]:
+    """`read()` (rank 0's metrics, nvidia-smi's readings) taken in the background while the
+    block runs."""
+    samples: list[T] = []
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(every):
             with contextlib.suppress(OSError, ValueError):
-                samples.append(metrics(server))
+                samples.append(read())
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -517,14 +537,15 @@ def figures(stack: Stack, device: str, levels: list[int], seconds: float, max_to
             check: Checks) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`device` names the stack in the figures (gpu, cpu, gpu+stream, ...)."""
     results = []
-    with sampling(stack.server) as idle:
+    with sampling(lambda: metrics(stack.server)) as idle:
         time.sleep(3)  # idle: a worker rank waits on the CPU, not in a GPU kernel
     idle_util: dict[str, float] = {}
     for snapshot in idle:
         for uuid, value in by_label(snapshot, "nv_gpu_utilization", "gpu_uuid").items():
             idle_util[uuid] = max(value, idle_util.get(uuid, 0))
     before = metrics(stack.server)
-    with sampling(stack.server) as samples:
+    # nvidia-smi sees every GPU of the host, the worker pods' too (rank 0's metrics do not).
+    with sampling(lambda: metrics(stack.server)) as samples, sampling(gpus_busy) as busy:
         for stream in (False, True) if stack.plan.get("decoupled") else (False,):
             for level in levels:
                 s, elapsed = drive(stack.server, stream=stream, concurrency=level,
@@ -555,22 +576,46 @@ def figures(stack: Stack, device: str, levels: list[int], seconds: float, max_to
                 for name in ("nv_inference_request_success", "nv_inference_count",
                              "nv_inference_exec_count", "nv_inference_queue_duration_us",
                              "nv_inference_compute_infer_duration_us")}
+    smi_max: dict[str, dict[str, float]] = {"utilization_max": {}, "memory_used_max_bytes": {}}
+    for reading in busy:
+        for uuid, (util, used) in reading.items():
+            smi_max["utilization_max"][uuid] = max(util, smi_max["utilization_max"].get(uuid, 0))
+            old = smi_max["memory_used_max_bytes"].get(uuid, 0)
+            smi_max["memory_used_max_bytes"][uuid] = max(used, old)
     say(f"[{device}] metrics during the load: {json.dumps(gauges)}")
+    say(f"[{device}] nvidia-smi during the load: {json.dumps(smi_max)}")
     say(f"[{device}] counter increases: {json.dumps(counters)}")
-    return results, {"gauges": gauges, "counters": counters,
+    return results, {"gauges": gauges, "smi": smi_max, "counters": counters,
                      "pending_request_count_present": any(
                          s.name == "nv_inference_pending_request_count" for s in after)}
 
 
 def metric_checks(seen: dict[str, Any], gpus: list[tuple[int, str, str]],
-                  baseline_memory: dict[str, float], check: Checks) -> None:
-    uuids = [uuid for _, _, uuid in gpus]
+                  baseline_memory: dict[str, float], check: Checks,
+                  pod_devices: tuple[int, ...] | None = None) -> None:
+    """Rank 0's Triton metrics cover the GPUs of its own pod (`pod_devices`, nvidia-smi indices;
+    None: one pod, all of them): the other ranks run with metrics off, so in a group the worker
+    pods' GPUs are not Triton's to report (DCGM's exporter's, docs/observability.md). Those are
+    proven busy by nvidia-smi instead."""
+    mine = [uuid for i, _, uuid in gpus if pod_devices is None or i in pod_devices]
+    others = [uuid for _, _, uuid in gpus if uuid not in mine]
     util = seen["gauges"]["utilization_max"]
     memory = seen["gauges"]["memory_used_max_bytes"]
-    check("nv_gpu_utilization moves on every GPU", all(util.get(u, 0) > 0 for u in uuids), util)
-    check("nv_gpu_memory_used_bytes above the idle GPU on every GPU",
-          all(memory.get(u, 0) > baseline_memory.get(u, 0) for u in uuids),
-          {u: (baseline_memory.get(u), memory.get(u)) for u in uuids})
+    check("rank 0's nv_gpu_* series cover exactly its pod's GPUs",
+          set(util) == set(memory) == set(mine),
+          {"pod": mine, "utilization": sorted(util), "memory": sorted(memory)})
+    check("nv_gpu_utilization moves on every GPU of rank 0's pod",
+          all(util.get(u, 0) > 0 for u in mine), util)
+    check("nv_gpu_memory_used_bytes above the idle GPU on every GPU of rank 0's pod",
+          all(memory.get(u, 0) > baseline_memory.get(u, 0) for u in mine),
+          {u: (baseline_memory.get(u), memory.get(u)) for u in mine})
+    if others:
+        smi_util = seen["smi"]["utilization_max"]
+        smi_memory = seen["smi"]["memory_used_max_bytes"]
+        check("the worker pods' GPUs busy in nvidia-smi (utilization, memory above idle)",
+              all(smi_util.get(u, 0) > 0 and smi_memory.get(u, 0) > baseline_memory.get(u, 0)
+                  for u in others),
+              {u: (smi_util.get(u), baseline_memory.get(u), smi_memory.get(u)) for u in others})
     counters = seen["counters"]
     check("inference counters move (success, count, queue and compute time)",
           all(v > 0 for name in counters for v in counters[name].values()), counters)
@@ -618,7 +663,8 @@ def serve(started: contextlib.AbstractContextManager[Any], dep: TritonLLMDeploym
             report["figures"] += measured[0]
             report["metrics"][tag] = measured[1]
             if tag == "gpu":
-                check.guarded("metrics", metric_checks, measured[1], gpus, idle, check)
+                leader = stack.group.leader.devices if isinstance(stack, PodsStack) else None
+                check.guarded("metrics", metric_checks, measured[1], gpus, idle, check, leader)
         if args.bench:
             check.guarded(f"[{tag}] tritonllm bench", run_bench, stack, tag, args, report, check)
         report["memory"][tag] = memory_per_process(stack, gpus)

@@ -25,6 +25,7 @@ import yaml
 
 from tests.helpers import cmdline, descendants, example_body, free_ports
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.render import Rendered, RenderOptions, render_all
 from tritonllm_dev import images, oci
 
@@ -320,7 +321,8 @@ def _deployment(pushed: dict[str, images.ImageResult]) -> Rendered:
     body["spec"]["gpu"]["product"] = "NVIDIA-CPU-STANDIN"
     dep = parse_deployment(body)
     assert dep.spec.storage.claimName == STORE_CLAIM
-    return render_all(dep, RenderOptions(tools_image=pushed["operator"].reference))
+    settings = OperatorSettings(tools_image=pushed["operator"].reference)
+    return render_all(dep, RenderOptions(settings))
 
 
 def _post(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:

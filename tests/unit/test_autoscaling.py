@@ -5,19 +5,26 @@ components)."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cases import cr
+from tests.helpers import free_ports
 from tests.unit.test_plan import World, kinds
 from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.plan.scaling import replica_capacity
 from tritonllm.render import RenderOptions, autoscaling, render_all
+from tritonllm_dev.testing import wait_for
 
 PROM = "http://prometheus.monitoring:9090"
 KEDA = {"autoscaler": "KEDA", "maxReplicas": 4, "metric": "pendingRequests", "target": "3",
@@ -62,7 +69,7 @@ def test_keda_scales_the_workload_on_the_recorded_series_of_its_own_pods() -> No
 
 def test_operator_default_prometheus_is_used_when_the_cr_names_none() -> None:
     spec = {k: v for k, v in KEDA.items() if k != "prometheusUrl"}
-    out = rendered(spec, prometheus_url="http://prom.default:9090")
+    out = rendered(spec, settings=OperatorSettings(prometheus_url="http://prom.default:9090"))
     meta = out.scaled_object.body["spec"]["triggers"][0]["metadata"]
     assert meta["serverAddress"] == "http://prom.default:9090"
 
@@ -79,8 +86,9 @@ def test_a_multi_node_group_scales_as_one_unit() -> None:
 
 def test_scale_to_zero_puts_the_activator_behind_the_service() -> None:
     out = rendered({**KEDA, "minReplicas": 0, "activationTarget": "0"})
-    configmap, backend, workload = out.activator
-    assert (configmap.kind, backend.kind, workload.kind) == ("ConfigMap", "Service", "Deployment")
+    configmap, backend, policy, workload = out.activator
+    assert (configmap.kind, backend.kind, policy.kind, workload.kind) == (
+        "ConfigMap", "Service", "NetworkPolicy", "Deployment")
     # clients keep the same Service: it now selects the activator, which forwards to the
     # backend Service of the serving pods
     selector = out.service.body["spec"]["selector"]
@@ -104,6 +112,17 @@ def test_scale_to_zero_puts_the_activator_behind_the_service() -> None:
     assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def test_the_activator_retries_only_requests_no_backend_received() -> None:
+    """A connection that never opened is retried (the request was never sent); an empty or late
+    answer is not: the backend had the prompt, and resending it to the next replica could crash
+    that one too. No L7 retry also means HAProxy keeps no copy of the request to replay."""
+    config = rendered({**KEDA, "minReplicas": 0}).activator[0].body["data"]["haproxy.cfg"]
+    (retry_on,) = [line.split() for line in config.splitlines()
+                   if line.strip().startswith("retry-on")]
+    assert retry_on == ["retry-on", "conn-failure"]
+    assert "empty-response" not in config and "redispatch" not in config
+
+
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="scripts/test installs haproxy")
 def test_the_activator_config_is_valid_for_real_haproxy(tmp_path: Path) -> None:
     out = rendered({**KEDA, "minReplicas": 0})
@@ -112,6 +131,66 @@ def test_the_activator_config_is_valid_for_real_haproxy(tmp_path: Path) -> None:
     done = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Configuration file is valid" in done.stdout + done.stderr
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _crashing_backend() -> tuple[socket.socket, list[bytes]]:
+    """A backend that reads each request and closes the connection unanswered (a prompt that
+    crashes the server); the requests it read."""
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(conn.recv(65536))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, seen
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="scripts/test installs haproxy")
+def test_real_haproxy_sends_a_prompt_that_crashed_its_backend_once(tmp_path: Path) -> None:
+    """The rendered config run by haproxy, its backend address and ports made local: a POST the
+    backend took and closed unanswered is answered 502, not sent again (with empty-response it
+    went out 601 times in 60 ms, each to whichever replica the Service picked)."""
+    backend, seen = _crashing_backend()
+    http, grpc, stats = free_ports(3)
+    config = rendered({**KEDA, "minReplicas": 0}).activator[0].body["data"]["haproxy.cfg"]
+    local = {f"bind :{c.HTTP_PORT}": f"bind 127.0.0.1:{http}",
+             f"bind :{c.GRPC_PORT}": f"bind 127.0.0.1:{grpc}",
+             f"bind :{autoscaling.ACTIVATOR_STATS_PORT}": f"bind 127.0.0.1:{stats}",
+             f"demo-backend.default.svc.cluster.local:{c.HTTP_PORT}":
+                 f"127.0.0.1:{backend.getsockname()[1]}"}
+    for rendered_text, here in local.items():
+        assert rendered_text in config
+        config = config.replace(rendered_text, here)
+    (tmp_path / "haproxy.cfg").write_text(config)
+    proxy = subprocess.Popen(["haproxy", "-db", "-f", str(tmp_path / "haproxy.cfg")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _accepts(stats), timeout=5, interval=0.02, what="haproxy listening")
+        prompt = urllib.request.Request(f"http://127.0.0.1:{http}/v2/models/ensemble/generate",
+                                        b'{"text_input": "crash", "max_tokens": 4}')
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(prompt, timeout=5)
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=5)
+        backend.close()
+    assert answer.value.code == 502
+    assert [r.split(b" ", 1)[0] for r in seen] == [b"POST"]
 
 
 def test_pod_monitor_only_where_the_cluster_serves_it() -> None:
@@ -125,15 +204,26 @@ def test_pod_monitor_only_where_the_cluster_serves_it() -> None:
 def test_switching_autoscalers_removes_what_the_old_one_needed() -> None:
     w = World({"autoscaling": {**KEDA, "minReplicas": 0}, "storage": {"create": {"size": "1Gi"}}})
     w.bring_up()
-    assert {("ScaledObject", "demo"), ("Deployment", "demo-activator"),
-            ("Service", "demo-backend"), ("ConfigMap", "demo-activator")} <= set(w.objects)
+    activator = {("ScaledObject", "demo"), ("Deployment", "demo-activator"),
+                 ("Service", "demo-backend"), ("ConfigMap", "demo-activator"),
+                 ("NetworkPolicy", "demo-activator")}
+    assert activator <= set(w.objects)
     w.body["spec"]["autoscaling"] = {"maxReplicas": 4}
     p = w.step()
     deleted = {(ref.kind, ref.name) for ref in p.delete}
-    assert deleted >= {("ScaledObject", "demo"), ("Deployment", "demo-activator"),
-                       ("Service", "demo-backend"), ("ConfigMap", "demo-activator")}
+    assert deleted >= activator
     assert "HorizontalPodAutoscaler" in kinds(p)
     assert ("Deployment", "demo") not in deleted  # the serving workload stays
+
+
+def test_the_activator_policy_goes_with_the_network_policy() -> None:
+    w = World({"autoscaling": {**KEDA, "minReplicas": 0}, "storage": {"create": {"size": "1Gi"}}})
+    w.bring_up()
+    assert {("NetworkPolicy", "demo"), ("NetworkPolicy", "demo-activator")} <= set(w.objects)
+    w.body["spec"]["networkPolicy"] = {"enabled": False}
+    deleted = {(ref.kind, ref.name) for ref in w.step().delete}
+    assert {("NetworkPolicy", "demo"), ("NetworkPolicy", "demo-activator")} <= deleted
+    assert ("Deployment", "demo-activator") not in deleted  # still at zero: it stays
 
 
 def test_keda_replicas_are_never_written_by_the_operator() -> None:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tritonllm_dev import procs
 from tritonllm_dev.build import _version_ldflags, main
-from tritonllm_dev.local import Ports
+from tritonllm_dev.local import ClusterError, LocalCluster, Ports
 from tritonllm_dev.manifests import (
     DEFAULT_NODES,
     GPU_RESOURCE,
@@ -23,7 +27,7 @@ from tritonllm_dev.manifests import (
 from tritonllm_dev.versions import COMPONENTS, KUBERNETES, RUNC, cache_root
 
 
-def _stages() -> dict[str, dict[str, object]]:
+def _stages() -> dict[str, dict[str, Any]]:
     text = resources.files("tritonllm_dev").joinpath("kwok-stages.yaml").read_text()
     return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text)}
 
@@ -253,3 +257,93 @@ def test_the_dev_command_offers_only_the_dev_verbs(capsys: pytest.CaptureFixture
         dev(["render"])
     assert refused.value.code == 2
     assert "invalid choice: 'render'" in capsys.readouterr().err
+
+
+def test_a_process_started_again_keeps_the_earlier_runs_logs(tmp_path: Path) -> None:
+    """A restarted API server (or a cluster stopped and started) writes a new log; what the
+    earlier runs logged stays readable, the newest in ``.1``, at most LOG_GENERATIONS of them."""
+    log = tmp_path / "kube-apiserver.log"
+    for run in range(procs.LOG_GENERATIONS + 2):
+        child = procs.spawn(["/bin/sh", "-c", f"echo run {run}"], log, cwd=tmp_path,
+                            header=f"==== start {run}\n".encode())
+        assert child.wait(timeout=10) == 0
+    last = procs.LOG_GENERATIONS + 1
+    assert log.read_text() == f"==== start {last}\nrun {last}\n"
+    for n in range(1, procs.LOG_GENERATIONS + 1):
+        assert (tmp_path / f"kube-apiserver.log.{n}").read_text().endswith(f"run {last - n}\n")
+    # the oldest beyond the bound went; nothing else is left in the directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["kube-apiserver.log", *(f"kube-apiserver.log.{n}"
+                                 for n in range(1, procs.LOG_GENERATIONS + 1))]
+    )
+
+
+def _crd(name: str, *conditions: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+        "status": {"conditions": [{"type": t, "status": s, "reason": r, "message": r.lower()}
+                                  for t, s, r in conditions]},
+    }
+
+
+INSTALLING = (("NamesAccepted", "True", "NoConflicts"), ("Established", "False", "Installing"))
+ESTABLISHED = (("NamesAccepted", "True", "NoConflicts"),
+               ("Established", "True", "InitialNamesAccepted"))
+
+
+class _KubectlGetCrd:
+    """``kubectl get crd NAME... -o json --ignore-not-found`` as kubectl prints it: the object
+    itself for one name, a List for several, nothing when none exists; each call reads the next
+    state of the API server's CRDs (the last one repeats)."""
+
+    def __init__(self, states: list[dict[str, dict[str, Any]]]) -> None:
+        self.states: Iterator[dict[str, dict[str, Any]]] = iter(states)
+        self.now = states[0]
+        self.asked: list[list[str]] = []
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert args[:2] == ("get", "crd") and not check
+        names = [a for a in args[2:] if not a.startswith("-") and a != "json"]
+        self.asked.append(names)
+        self.now = next(self.states, self.now)
+        found = [self.now[n] for n in names if n in self.now]
+        if len(names) > 1:
+            out = json.dumps({"apiVersion": "v1", "kind": "List", "items": found})
+        else:
+            out = json.dumps(found[0]) if found else ""
+        return subprocess.CompletedProcess(["kubectl", *args], 0, out, "")
+
+
+def test_the_crd_wait_sees_the_last_pending_crd_established(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CRDs of a set become Established one by one on a loaded machine: once one is left,
+    kubectl prints it bare rather than in a List, and the wait must still see it."""
+    names = ("podmonitors.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com")
+    cluster = LocalCluster("unit", state_dir=tmp_path)
+    kubectl = _KubectlGetCrd([
+        {n: _crd(n, *INSTALLING) for n in names},
+        {names[0]: _crd(names[0], *ESTABLISHED), names[1]: _crd(names[1], *INSTALLING)},
+        {n: _crd(n, *ESTABLISHED) for n in names},
+    ])
+    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    cluster.wait_established(*names, timeout=5, interval=0)
+    assert kubectl.asked == [list(names), list(names), [names[1]]]
+
+
+def test_a_crd_wait_that_gives_up_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = LocalCluster("unit", state_dir=tmp_path)
+    crd = _crd("servicemonitors.monitoring.coreos.com", *INSTALLING)
+    crd["metadata"] = {"name": "servicemonitors.monitoring.coreos.com",
+                       "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    monkeypatch.setattr(cluster, "kubectl", _KubectlGetCrd([{crd["metadata"]["name"]: crd}]))
+    with pytest.raises(ClusterError) as err:
+        cluster.wait_established("servicemonitors.monitoring.coreos.com", "x.example.com",
+                                 timeout=0, interval=0)
+    assert str(err.value) == (
+        "CRDs not Established within 0s: servicemonitors.monitoring.coreos.com: "
+        "NamesAccepted=True (NoConflicts: noconflicts), Established=False (Installing: "
+        "installing), being deleted since 2026-01-01T00:00:00Z; x.example.com: not found"
+    )

@@ -16,6 +16,8 @@ from tests.gpu.check import (
     by_label,
     compute_apps,
     figure_rows,
+    gpu_readings,
+    metric_checks,
     parse_metrics,
     parse_standin_lines,
     placement_problems,
@@ -89,6 +91,57 @@ def test_placement_one_rank_per_gpu_in_nvidia_smi_order() -> None:
 def test_compute_apps_parses_nvidia_smi_csv() -> None:
     csv = f"801, 1570, {GPU0}\n776, 582, {GPU1}\nNo running processes found\n"
     assert compute_apps(csv) == [(801, 1570.0, GPU0), (776, 582.0, GPU1)]
+
+
+def test_gpu_readings_parse_nvidia_smi_csv() -> None:
+    lines = [f"{GPU0}, 32, 2850", f"{GPU1}, [N/A], 582", "No devices were found"]
+    assert gpu_readings(lines) == {GPU0: (0.32, 2850 * 2**20)}
+
+
+# Two pods of two GPUs each: the leader sees GPUs 0 and 1, the worker 2 and 3.
+GPU2, GPU3 = "GPU-2c1d2e3f-0000-1111-2222-333344445555", "GPU-3d2e3f40-6666-7777-8888-999900001111"
+FOUR = [(i, "NVIDIA H200", u) for i, u in enumerate((GPU0, GPU1, GPU2, GPU3))]
+IDLE = {u: 1.0e9 for _, _, u in FOUR}  # bytes in use before anything of ours ran
+
+
+def measured(triton: dict[str, float], smi: dict[str, float]) -> dict[str, object]:
+    """What figures() returns: rank 0's nv_gpu_* maxima (utilization, memory) and nvidia-smi's."""
+    return {"gauges": {"utilization_max": triton,
+                       "memory_used_max_bytes": {u: 3.0e9 for u in triton}},
+            "smi": {"utilization_max": smi, "memory_used_max_bytes": {u: 3.0e9 for u in smi}},
+            "counters": {"nv_inference_count": {"ensemble": 5.0, "tensorrt_llm": 5.0}},
+            "pending_request_count_present": True}
+
+
+def failed_metric_checks(seen: dict[str, object], pod_devices: tuple[int, ...] | None) -> list[str]:
+    check = Checks()
+    metric_checks(seen, FOUR, IDLE, check, pod_devices)
+    return check.failed
+
+
+def test_a_groups_metric_checks_read_the_leaders_gpus_from_triton_the_workers_from_nvidia_smi(
+) -> None:
+    """Rank 0's metrics cover its own pod's GPUs (the workers run with metrics off): in a group
+    of two pods the worker pod's GPUs are not asked of them, but of nvidia-smi."""
+    busy = {GPU0: 0.3, GPU1: 0.06, GPU2: 0.05, GPU3: 0.04}
+    seen = measured({GPU0: 0.3, GPU1: 0.06}, busy)
+    assert failed_metric_checks(seen, (0, 1)) == []
+    # a worker GPU idle in nvidia-smi: its rank did not compute there
+    idle_worker = measured({GPU0: 0.3, GPU1: 0.06}, busy | {GPU3: 0.0})
+    assert failed_metric_checks(idle_worker, (0, 1)) == [
+        "the worker pods' GPUs busy in nvidia-smi (utilization, memory above idle)"]
+    # rank 0 reporting a GPU outside its pod, or missing one of its pod's
+    assert failed_metric_checks(measured({GPU0: 0.3, GPU1: 0.06, GPU2: 0.05}, busy), (0, 1)) == [
+        "rank 0's nv_gpu_* series cover exactly its pod's GPUs"]
+    assert failed_metric_checks(measured({GPU0: 0.3}, busy), (0, 1)) == [
+        "rank 0's nv_gpu_* series cover exactly its pod's GPUs",
+        "nv_gpu_utilization moves on every GPU of rank 0's pod",
+        "nv_gpu_memory_used_bytes above the idle GPU on every GPU of rank 0's pod"]
+    # one pod: rank 0 reports every GPU of the host, each one moving
+    assert failed_metric_checks(measured(busy, {}), None) == []
+    assert failed_metric_checks(seen, None)[:2] == [
+        "rank 0's nv_gpu_* series cover exactly its pod's GPUs",
+        "nv_gpu_utilization moves on every GPU of rank 0's pod"]
 
 
 def test_expected_texts_skip_special_tokens_like_postprocessing() -> None:

@@ -13,6 +13,7 @@ import yaml
 from tests.cases import EXAMPLES, INVALID, cr
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.api.spec import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 from tritonllm.render import RenderOptions, render_all
 from tritonllm.render.pod import env
@@ -40,7 +41,7 @@ def test_the_longest_admitted_name_renders_names_and_labels_kubernetes_accepts(p
     obj = yaml.safe_load(path.read_text())
     obj["metadata"]["name"] = "a" * c.MAX_NAME_LENGTH
     dep = parse_deployment(obj)
-    rendered = render_all(dep, RenderOptions(prometheus_url="http://prometheus:9090",
+    rendered = render_all(dep, RenderOptions(OperatorSettings(prometheus_url="http://prometheus:9090"),
                                              pod_monitors=True))
     for manifest in rendered.objects:
         body = manifest.body

@@ -319,6 +319,28 @@ def test_a_request_throttled_every_time_fails_after_the_last_retry(tmp_path: Pat
     assert len(server.times) == 1 + MAX_THROTTLED_RETRIES
 
 
+def test_a_client_without_throttled_retries_returns_the_429_at_once(tmp_path: Path) -> None:
+    """The Lease's client: a renewal must end within its deadline, so a 429 is the call's error
+    (sent once, no wait for Retry-After) and the renew loop decides when to try again."""
+    server = Throttling(throttled=100, retry_after="3")
+
+    async def main() -> float:
+        runner, url = await serve_throttling(server)
+        kube = Kube.from_kubeconfig(str(kubeconfig(tmp_path, url, {})), throttled_retries=0)
+        started = time.monotonic()
+        try:
+            with pytest.raises(KubeError) as exc:
+                await kube.get("coordination.k8s.io/v1", "Lease", "ops", "tritonllm")
+            assert exc.value.status == 429
+            return time.monotonic() - started
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    assert asyncio.run(main()) < 1.0  # not the 3 s of Retry-After
+    assert len(server.times) == 1
+
+
 @pytest.mark.parametrize(
     ("header", "seconds"),
     [

@@ -4,6 +4,7 @@ separate open files conflicts even within one process, as between pytest-xdist w
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -12,13 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests import lanes
+import pytest
+
+from tests import conftest, lanes
 
 
 @dataclass
 class Item:
     nodeid: str
     markers: set[str] = field(default_factory=set)
+    stash: dict[Any, Any] = field(default_factory=dict)
 
     def get_closest_marker(self, name: str) -> Any:
         return name if name in self.markers else None
@@ -152,3 +156,44 @@ def test_a_file_lock_held_elsewhere_is_said_before_the_wait(tmp_path: Path) -> N
         assert said == ["waits"] and not got.is_set()
     t.join(5)
     assert got.is_set()
+
+
+@dataclass
+class Report:
+    failed: bool
+
+
+def _run_protocol(item: Item, nextitem: Item | None, failed: bool) -> None:
+    """One test through the conftest's hooks as pytest drives them: the protocol wrapper takes
+    the lock, the report wrapper sees the call's report, the protocol wrapper ends."""
+    protocol = conftest.pytest_runtest_protocol(item, nextitem)
+    next(protocol)
+    report = conftest.pytest_runtest_makereport(item, None)
+    next(report)
+    with contextlib.suppress(StopIteration):
+        report.send(Report(failed))
+    with contextlib.suppress(StopIteration):
+        protocol.send(None)
+
+
+def test_a_failed_exclusive_test_releases_the_cluster_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = lanes.ClusterLock(tmp_path)
+    monkeypatch.setattr(conftest, "_cluster_lock", lock)
+    first, second, third = (
+        Item(f"tests/autoscaling/test_x.py::test_{n}", {"cluster"}) for n in ("a", "b", "c")
+    )
+    _run_protocol(first, second, failed=False)
+    assert lock.mode == "exclusive"  # passed, an exclusive test next: the lane keeps it
+    _run_protocol(second, third, failed=True)
+    assert lock.mode is None and second.stash[lanes.FAILED]
+    # ...so a shared-lane test waiting behind it gets the cluster now
+    log: list[str] = []
+    waiting = lanes.ClusterLock(tmp_path)
+    _hold_in_thread(waiting, "shared", log, "shared").join(2)
+    assert log == ["shared"]
+    waiting.release()
+    shared = Item("tests/cluster/test_fit.py::test_fit", {"cluster"})
+    assert lanes.keeps_lock(first, second) and first.stash == {}
+    assert not lanes.keeps_lock(first, shared) and not lanes.keeps_lock(third, None)

@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
+from aiohttp import web
 
-from tritonllm.k8s.client import KubeError
+from tests.cases import cr
+from tests.fake_kube import FakeKube
+from tritonllm.api.settings import OperatorSettings
+from tritonllm.handlers import operator
+from tritonllm.handlers.reconciler import Reconciler
+from tritonllm.k8s.client import Kube, KubeError
 from tritonllm.k8s.lease import LeaderLease, LeaseLost
 
 
@@ -221,3 +231,182 @@ def test_which_replicas_elect_by_lease(
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert settings_from(build_parser().parse_args(argv)).leader_election == elected
+
+
+class LeaseServer:
+    """One Lease over HTTP, as the API server keeps it (409 on a taken name or a stale
+    resourceVersion), that answers every request with 429 Too Many Requests and `Retry-After`
+    while `throttle` says how many more to throttle."""
+
+    PATH = "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
+
+    def __init__(self, retry_after: str = "3") -> None:
+        self.lease: dict[str, Any] | None = None
+        self.throttle = 0
+        self.retry_after = retry_after
+        self.throttled = 0  # 429s answered
+        self.written: list[float] = []  # when each successful write arrived (monotonic)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.text()
+        if self.throttle > 0:
+            self.throttle -= 1
+            self.throttled += 1
+            return web.json_response({"kind": "Status", "reason": "TooManyRequests"},
+                                     status=429, headers={"Retry-After": self.retry_after})
+        if request.method == "GET":
+            return web.json_response(self.lease or {"kind": "Status", "reason": "NotFound"},
+                                     status=200 if self.lease else 404)
+        new = json.loads(body)
+        old_version = (self.lease or {}).get("metadata", {}).get("resourceVersion")
+        if (self.lease is None) != (request.method == "POST") or (
+                new["metadata"].get("resourceVersion") != old_version):
+            return web.json_response({"kind": "Status", "reason": "Conflict"}, status=409)
+        new["metadata"]["resourceVersion"] = str(int(old_version or 0) + 1)
+        self.lease = new
+        self.written.append(time.monotonic())
+        return web.json_response(new)
+
+
+async def serve_leases(server: LeaseServer, tmp: Path) -> tuple[web.AppRunner, str]:
+    """The server on a free port, and a kubeconfig that points at it."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {}}],
+    }))
+    return runner, str(path)
+
+
+DURATION = 0.3  # renewals every 0.1 s, the renew deadline 0.2 s: the production ratios, scaled
+SLACK = 0.15  # the event loop's own latency on a busy machine (production's margin: 2 s)
+
+
+def test_a_throttled_renewal_ends_leadership_by_the_renew_deadline(tmp_path: Path) -> None:
+    """Retry-After: 3 against a 0.2 s renew deadline, through a client that sends a 429 again
+    after its Retry-After (any client, not only the Lease's own): the renewal is cut at the
+    deadline, so the replica has stopped acting before a standby may take over."""
+    server = LeaseServer(retry_after="3")
+
+    async def main() -> float:
+        runner, config = await serve_leases(server, tmp_path)
+        kube = Kube.from_kubeconfig(config, concurrency=2, timeout=DURATION / 3)
+        lease = LeaderLease(kube, "ops", "tritonllm", "a", duration=DURATION)
+        try:
+            assert await lease.try_acquire()
+            server.throttle = 1000  # every renewal from now on
+            with pytest.raises(LeaseLost, match="not renewed"):
+                await asyncio.wait_for(lease.keep(), timeout=2)
+            return time.monotonic()
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    lost_at = asyncio.run(main())
+    assert server.throttled >= 1
+    assert lost_at - server.written[-1] <= 2 / 3 * DURATION + SLACK
+
+
+def test_the_lease_client_leaves_a_throttled_renewal_to_the_renew_loop(tmp_path: Path) -> None:
+    """The Lease's own client returns a 429 at once; keep() tries again within the deadline
+    (after retry_every, not the 3 s of Retry-After), so one throttled answer costs no
+    leadership."""
+    from tritonllm.k8s.lease import lease_client
+
+    server = LeaseServer(retry_after="3")
+
+    async def main() -> None:
+        runner, config = await serve_leases(server, tmp_path)
+        kube = lease_client(config, DURATION)
+        lease = LeaderLease(kube, "ops", "tritonllm", "a", duration=DURATION)
+        try:
+            assert await lease.try_acquire()
+            server.throttle = 1
+            keep = asyncio.create_task(lease.keep())
+            while len(server.written) < 2:  # acquired, then renewed past the 429
+                if keep.done():
+                    keep.result()  # raises what ended the renewals
+                await asyncio.sleep(0.01)
+            lease.released = True
+            await asyncio.wait_for(keep, timeout=1)  # returns: no LeaseLost
+        finally:
+            await kube.close()
+            await runner.cleanup()
+
+    asyncio.run(asyncio.wait_for(main(), timeout=2))
+    assert server.throttled == 1 and server.lease is not None
+    assert server.lease["spec"]["holderIdentity"] == "a"
+
+
+def blocking_writes(kube: FakeKube) -> tuple[asyncio.Event, list[str]]:
+    """Every write of `kube` waits for the returned gate; what became of each is listed."""
+    gate, fate = asyncio.Event(), []
+    for verb in ("apply", "create", "apply_status", "delete", "scale", "add_owner"):
+        real = getattr(kube, verb)
+
+        async def write(*args: Any, _real: Any = real, _verb: str = verb, **kw: Any) -> Any:
+            fate.append(f"{_verb} started")
+            try:
+                await gate.wait()
+            except asyncio.CancelledError:
+                fate.append(f"{_verb} cancelled")
+                raise
+            fate.append(f"{_verb} done")
+            return await _real(*args, **kw)
+
+        setattr(kube, verb, write)
+    return gate, fate
+
+
+def test_a_lost_lease_cancels_the_passes_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replica as `tritonllm run --leader-election` wires it: the Lease's client, keep()
+    telling the handlers of a loss. Renewals throttled with Retry-After: 3, a pass waiting for
+    its write: by the renew deadline the Lease is lost, the pass cancelled, and nothing of it is
+    written afterwards, nor any new pass started."""
+    from tritonllm.k8s.lease import lease_client
+
+    server = LeaseServer(retry_after="3")
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "tritonllm-model-store", "namespace": "default"}}
+    kube = FakeKube([cr(metadata={"generation": 1}), claim])
+
+    async def main() -> tuple[float, list[str]]:
+        gate, fate = blocking_writes(kube)
+        rec = Reconciler(kube, OperatorSettings(check_gpu_nodes=False),  # type: ignore[arg-type]
+                         kube.cache())
+        monkeypatch.setitem(operator._state, "reconciler", rec)
+        runner, config = await serve_leases(server, tmp_path)
+        api = lease_client(config, DURATION)
+        lease = LeaderLease(api, "ops", "tritonllm", "a", duration=DURATION)
+        try:
+            assert await lease.try_acquire()
+            rec.request("default", "demo")
+            while not fate:  # the pass waits for its first write
+                await asyncio.sleep(0.005)
+            server.throttle = 1000
+            with pytest.raises(LeaseLost):
+                await asyncio.wait_for(lease.keep(on_lost=operator.lost), timeout=2)
+            lost_at = time.monotonic()
+            rec.request("default", "demo")  # a watch event after the loss
+            gate.set()
+            await asyncio.wait_for(rec.wait_idle(), timeout=1)
+            return lost_at, list(fate)
+        finally:
+            await api.close()
+            await runner.cleanup()
+
+    lost_at, fate = asyncio.run(main())
+    assert lost_at - server.written[-1] <= 2 / 3 * DURATION + SLACK
+    # one write begun and cancelled; none carried out, none begun after the loss
+    assert len(fate) == 2 and fate[1] == fate[0].replace("started", "cancelled"), fate

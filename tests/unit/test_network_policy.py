@@ -15,7 +15,7 @@ from tests.cases import EXAMPLES, cr
 from tests.helpers import example
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
-from tritonllm.render import Rendered, render_all
+from tritonllm.render import Rendered, autoscaling, render_all
 
 MULTI_NODE = {"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}
 SERVING_PORTS = [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
@@ -143,3 +143,85 @@ def test_every_example_policy_covers_every_serving_pod(path) -> None:
         # Its own group reaches it on every port exactly when it is multi node.
         multi = "leader" in pod_labels(r)
         assert (admitted_ports(r, labels) == "all") is multi, (path.stem, role)
+
+
+# --- scale to zero: the activator's pods are the ones the Service selects ----------------------
+
+GATEWAY = {"fromNamespaces": ["gateway"], "fromCidrs": ["10.8.0.0/16"]}
+
+
+def policies(r: Rendered) -> list[dict[str, Any]]:
+    return [o.body for o in r.objects if o.kind == "NetworkPolicy"]
+
+
+def service_pods(r: Rendered) -> dict[str, dict[str, str]]:
+    """The labels of every pod template the deployment's Service selects (its clients reach
+    exactly these pods), by the workload that makes them."""
+    workloads = [r.workload, *(o for o in r.activator if o.kind == "Deployment")]
+    selector = {"matchLabels": r.service["spec"]["selector"]}
+    found = {}
+    for wl in workloads:
+        for role, labels in _templates(wl.body).items():
+            if selects(selector, labels):
+                found[f"{wl.name}/{role}"] = labels
+    return found
+
+
+def _templates(workload: dict[str, Any]) -> dict[str, dict[str, str]]:
+    spec = workload["spec"]
+    if "template" in spec:
+        return {"pod": spec["template"]["metadata"]["labels"]}
+    lwt = spec["leaderWorkerTemplate"]
+    return {"leader": lwt["leaderTemplate"]["metadata"]["labels"],
+            "worker": lwt["workerTemplate"]["metadata"]["labels"]}
+
+
+def sources_of(policy: dict[str, Any], port: int) -> list[dict[str, Any]]:
+    """Every source a policy admits to `port`."""
+    return [s for rule in policy["spec"]["ingress"]
+            if any(p["port"] == port for p in rule.get("ports", [{"port": port}]))
+            for s in rule["from"]]
+
+
+def test_at_zero_the_activator_pods_admit_exactly_the_serving_pods_sources() -> None:
+    dep = example("cpu-standin-autoscaling", networkPolicy=GATEWAY)
+    r = render_all(dep)
+    assert r.network_policy is not None
+    serving_sources = r.network_policy["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gateway"]}]}} \
+        in serving_sources
+    targets = service_pods(r)
+    assert list(targets) == ["cpu-standin-autoscaling-activator/pod"]  # the Service at zero
+    for where, labels in targets.items():
+        held = [p for p in policies(r) if selects(p["spec"]["podSelector"], labels)]
+        assert held, f"{where}: no NetworkPolicy selects the pods the Service sends clients to"
+        for port in (c.HTTP_PORT, c.GRPC_PORT, autoscaling.ACTIVATOR_STATS_PORT):
+            admitted = [s for p in held for s in sources_of(p, port)]
+            assert admitted == serving_sources, (where, port)
+        assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in held)
+    # The activator's policy is applied before the activator's pods exist.
+    order = [(o.kind, o.name) for o in r.objects]
+    name = autoscaling.activator_name(dep)
+    assert order.index(("NetworkPolicy", name)) < order.index(("Deployment", name))
+
+
+def test_the_serving_pods_admit_the_activator_that_forwards_to_them() -> None:
+    r = render_all(example("cpu-standin-autoscaling", networkPolicy=GATEWAY))
+    (activator,) = [o for o in r.activator if o.kind == "Deployment"]
+    labels = activator["spec"]["template"]["metadata"]["labels"]
+    assert admitted_ports(r, labels) == SERVING_PORTS
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_pod_the_service_selects_is_held_by_a_policy(path) -> None:
+    r = render_all(example(path.stem))
+    if r.network_policy is None:
+        return
+    for where, labels in service_pods(r).items():
+        assert any(selects(p["spec"]["podSelector"], labels) for p in policies(r)), where
+
+
+def test_no_activator_policy_when_policies_are_off() -> None:
+    r = render_all(example("cpu-standin-autoscaling", networkPolicy={"enabled": False}))
+    assert r.activator and not policies(r)

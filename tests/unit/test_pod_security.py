@@ -18,6 +18,7 @@ from tests.cases import EXAMPLES, cr
 from tests.helpers import example
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.render import Rendered, RenderOptions, render_all
 from tritonllm.render.jobs import engine_cleanup_job
 
@@ -137,7 +138,7 @@ def test_multi_node_serving_passes_restricted_too() -> None:
 def test_the_engine_cleanup_job_passes_restricted_and_removes_only_that_engine() -> None:
     d = example("cpu-standin")
     key = "0123456789abcdef"
-    job = engine_cleanup_job(d, key, RenderOptions(tools_image="op:1"))
+    job = engine_cleanup_job(d, key, RenderOptions(OperatorSettings(tools_image="op:1")))
     pod = job["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
     (ctr,) = pod["containers"]

@@ -3,10 +3,12 @@ short."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tritonllm.plan.observed import JobObs, termination_message
-from tritonllm.plan.redact import MASK, MAX_TAIL_CHARS, log_tail, redact
+from tritonllm.plan.redact import MASK, MAX_LINE_CHARS, MAX_TAIL_CHARS, log_tail, redact
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 NGC = "nvapi-Zx9_Yw8-Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
@@ -91,3 +93,87 @@ def test_a_failed_jobs_status_message_is_redacted_and_bounded() -> None:
     assert NGC not in JobObs.of(job).message
     for secret in SECRETS:
         assert secret not in obs.message
+
+
+# A Hugging Face token as issued: hf_ and 34 characters (shorter than the base64 runs caught
+# whatever their context).
+HF34 = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+# Secrets that are not at a word boundary (URL-encoded, escaped in a printed string), and AWS
+# keys however their name and value are separated: (log line, what must be gone, what stays).
+INSIDE_WORDS = [
+    (f"GET /login?next=%2Fapi%3Ftoken%3D{HF34}&a=1 HTTP/1.1", HF34, "%3Ftoken%3D"),
+    (f"redirect=%2Fcb%3Fx%3D{HF34}", HF34, "redirect=%2Fcb%3Fx%3Dhf_" + MASK),
+    (f"headers={{'Authorization': 'Bearer\\t{HF34}'}}", HF34, "'Authorization': 'Bearer\\t"),
+    (f"Authorization: Bearer\t{HF34}", HF34, "Authorization: Bearer\t" + MASK),
+    (f"callback /cb%23{JWT}", JWT, "callback /cb%23" + MASK),
+    (f"aws configure set aws_secret_access_key {AWS}", AWS,
+     "aws configure set aws_secret_access_key " + MASK),
+    (f"AWS_SECRET_ACCESS_KEY {AWS} exported", AWS, " exported"),
+    (f"aws_secret_access_key = {AWS}", AWS, "aws_secret_access_key = " + MASK),
+]
+
+
+@pytest.mark.parametrize(("line", "secret", "kept"), INSIDE_WORDS, ids=range(len(INSIDE_WORDS)))
+def test_secrets_inside_words_and_aws_keys_are_redacted(line: str, secret: str, kept: str) -> None:
+    out = redact(line)
+    assert secret not in out, out
+    assert kept in out, out
+    assert redact(out) == out
+
+
+def test_words_that_only_contain_a_token_prefix_stay_readable() -> None:
+    lines = [
+        "loading weights with convert_hf_checkpoint from /store/models/hf/llama",
+        "trtllm-build --max_input_len 2048 --max_batch_size 8 --gemm_plugin auto",
+        "a bearer of bad news: nothing",
+    ]
+    for line in lines:
+        assert redact(line) == line
+
+
+# Text that made a pattern start over at every character (an unbounded name head, a JWT or a
+# URL scheme read to the end of its run, a lookahead over the rest of a word, a flag's name).
+ADVERSARIAL = ["-a", "a.", "eyJ", "a_eyJ", "%3DeyJa", "\\teyJa", "eyJa.", "token:", 'token="',
+               "--a", "-", "://a:", "Bearer ", "hf_", "tokentoken", "aws_secret_access_key "]
+
+
+def _repeat(unit: str, n: int) -> str:
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+def _seconds(text: str, runs: int = 5) -> float:
+    """The fastest of a few runs of redact (the least disturbed by anything else running)."""
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        redact(text)
+        best = min(best, time.perf_counter() - start)
+        if best > 0.25:  # far beyond linear already: no need to wait for more
+            break
+    return best
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL)
+def test_redaction_time_is_linear_in_the_length_of_adversarial_text(unit: str) -> None:
+    small = _seconds(_repeat(unit, 8192))
+    assert small < 0.05, small  # 8 KiB of "-a" took seconds
+    double = _seconds(_repeat(unit, 16384))
+    assert double < 3 * small + 0.002, (small, double)  # quadratic: 4x
+
+
+def test_a_64_kib_adversarial_message_is_redacted_at_once() -> None:
+    assert _seconds(_repeat("-a", 2048), runs=1) < 0.05  # 2 KiB of "-a" cost 0.4 s
+    for unit in ADVERSARIAL:
+        assert _seconds(_repeat(unit, 65536), runs=1) < 0.5, unit
+        # and a status message of it costs no more (only its last lines are redacted)
+        assert len(log_tail(_repeat(unit, 65536))) <= MAX_TAIL_CHARS + 3
+
+
+def test_a_line_cut_to_its_end_keeps_no_part_of_a_secret() -> None:
+    rest = " then " + "z" * (MAX_LINE_CHARS - 20)
+    line = f"HF_TOKEN {HF}{rest}"  # the cut falls inside the token
+    assert len(line) > MAX_LINE_CHARS
+    tail = log_tail(line, limit=2 * MAX_LINE_CHARS)
+    assert HF[-8:] not in tail and tail.startswith(MASK) and tail.endswith(rest)

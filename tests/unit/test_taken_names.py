@@ -4,7 +4,7 @@ instead of a GET per child before it is created; and the executor's use of it.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -28,13 +28,14 @@ class Source:
         self.asked: list[tuple[str, str, str | None, str]] = []
 
     async def list_metadata(
-        self, api_version: str, kind: str, namespace: str | None
-    ) -> tuple[Sequence[dict[str, Any]], str]:
+        self, api_version: str, kind: str, namespace: str | None, each: Callable[[Any], Any]
+    ) -> tuple[Sequence[Any], str]:
         self.asked.append(("list", kind, namespace, ""))
         answer = self.lists[kind].pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return answer
+        items, rv = answer
+        return [each(item) for item in items], rv
 
     async def watch_metadata(
         self, api_version: str, kind: str, namespace: str | None, resource_version: str

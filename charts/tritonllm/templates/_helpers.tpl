@@ -93,6 +93,11 @@ ClusterRole when it watches them all. */}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
+# A verification pod's controller, read by name before the smoke set is sent to that pod: it
+# must be the verification workload's ReplicaSet (or leader StatefulSet).
+- apiGroups: [apps]
+  resources: [replicasets, statefulsets]
+  verbs: [get]
 # Events: posted on condition flips; a Job with no pod is asked for its FailedCreate Events.
 - apiGroups: [""]
   resources: [events]

@@ -45,12 +45,18 @@ COMPONENT_BUILD: Final = "engine-build"
 COMPONENT_REPOSITORY: Final = "model-repository"
 COMPONENT_CLEANUP: Final = "engine-cleanup"  # removes an engine's files (engineRetention Delete)
 COMPONENT_STORE: Final = "model-store"
+# The operator's own pods, as the Helm chart labels them (with LABEL_NAME APP_NAME): the serving
+# pods' NetworkPolicy admits its smoke requests from these pods alone.
+COMPONENT_OPERATOR: Final = "operator"
 
 # --- annotations --------------------------------------------------------------------------
 ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 ANNOTATION_TRTLLM_VERSION: Final = f"{GROUP}/trtllm-version"  # reserved (OPERATOR_POD_KEYS)
 # On a serving pod template: the revision it renders (a hash of the template without this key).
 ANNOTATION_REVISION: Final = f"{GROUP}/revision"
+# On a TritonLLMDeployment, set by its owner: the engine digest to serve from now on, when the
+# TritonLLMEngine records another than the one the deployment anchored (status.engineAnchor).
+ANNOTATION_ACCEPT_ENGINE_DIGEST: Final = f"{GROUP}/accept-engine-digest"
 
 # Pod label and annotation keys of the operator's own, which podTemplate.labels and
 # podTemplate.annotations may not use (the CRD's CEL rule and the operator refuse them; render

@@ -78,7 +78,8 @@ ENGINE_TAMPERED: Final = "EngineTampered"
 """True (Degraded True too): a serving pod refused the engine on the store because its
 artifact.json is not the one the build reported to the operator (TritonLLMEngine
 status.digest): the store was changed after the build. Delete the TritonLLMEngine and the
-engine directory to have it built again."""
+engine directory to have it built again (then EngineDigestChanged names the new digest to
+accept)."""
 RETRYING_BUILD: Final = "RetryingBuild"
 """True: a failed build will be retried after its backoff."""
 DEPLOYED: Final = "Deployed"
@@ -106,6 +107,13 @@ NO_MATCHING_NODES: Final = "NoMatchingNodes"
 """True: no node carries spec.gpu.product."""
 AUTOSCALER_MISSING: Final = "AutoscalerMissing"
 """True: autoscaler KEDA is asked for but the cluster has no KEDA, or no Prometheus URL is set."""
+ENGINE_DIGEST_CHANGED: Final = "EngineDigestChanged"
+"""True: the TritonLLMEngine records another engine digest than the one the deployment anchored
+(status.engineAnchor) for the same engine key: the record was deleted and recreated, and the
+build that re-read the store reported what is on it now. Nothing new is rolled out; the serving
+pods keep checking the store against the anchored digest (a changed store is refused:
+EngineTampered). To serve the recorded engine, set the deployment's annotation
+tritonllm.io/accept-engine-digest to its digest."""
 NAME_CONFLICT: Final = "NameConflict"
 """True: an object the deployment needs exists and was not created by it (the object is named);
 the operator neither adopts, changes nor deletes it, and writes nothing else."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,8 +41,9 @@ class OperatorSettings(BaseModel):
     namespace, else `default`."""
     operator_namespace: str = ""
     """The namespace the operator runs in (the chart sets it). A verified rollout's smoke
-    requests come from there: the serving pods' NetworkPolicy admits it on the HTTP port.
-    Empty: the operator runs outside the cluster (no namespace to admit)."""
+    requests come from there: the serving pods' NetworkPolicy admits the operator's pods
+    there (the chart's labels: app.kubernetes.io/name tritonllm, component operator) on the
+    HTTP port. Empty: the operator runs outside the cluster (no namespace to admit)."""
     lease_seconds: float = Field(default=6.0, ge=2, le=60)
     """How long a Lease holds without renewal (renewed every third of it): the longest a
     killed leader leaves the operator idle, about."""
@@ -52,6 +54,12 @@ class OperatorSettings(BaseModel):
     prometheus_url: str | None = None
     """Prometheus that KEDA's triggers query for deployments whose autoscaling.prometheusUrl is
     unset (such as http://prometheus.monitoring:9090)."""
+    prometheus_url_allowed: list[str] = Field(default_factory=list)
+    """Where a deployment's own spec.autoscaling.prometheusUrl may point (KEDA queries it from
+    its own pod, so any host would turn KEDA into a probe of the cluster's network): URLs
+    (scheme, host and port equal, the path under the entry's), hosts or host:port, or `*` for
+    any. prometheus_url is always allowed; empty allows nothing else
+    (TRITONLLM_PROMETHEUS_URL_ALLOWED, comma list)."""
     activator_image: str = "docker.io/library/haproxy:3.2"
     """HAProxy image of the activator that holds requests while a scaled-to-zero deployment
     starts (autoscaling.minReplicas 0)."""
@@ -61,6 +69,12 @@ class OperatorSettings(BaseModel):
     """Timeout of one Kubernetes API call."""
     api_concurrency: int = Field(default=16, ge=1, le=256)
     """Kubernetes API requests the operator has in flight at once (its client concurrency)."""
+
+    def allows_prometheus_url(self, url: str) -> bool:
+        """Whether a deployment may name this Prometheus (prometheus_url_allowed)."""
+        entries = [*self.prometheus_url_allowed, *([self.prometheus_url] if self.prometheus_url
+                                                   else [])]
+        return any(_url_matches(url, e.strip()) for e in entries if e.strip())
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
@@ -77,3 +91,35 @@ class OperatorSettings(BaseModel):
             else:
                 values[name] = raw
         return cls.model_validate(values)
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int | None, str] | None:
+    """scheme, host (lower case), port (the scheme's default when unset) and path of a URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or ""), port or DEFAULT_PORTS.get(scheme), parts.path
+
+
+def _url_matches(url: str, entry: str) -> bool:
+    """A URL against one allow-list entry: `*`; a URL (same scheme, host and port; the path
+    equal to or below the entry's); a host or host:port (any scheme, the port where named)."""
+    if entry == "*":
+        return True
+    have = _origin(url)
+    if have is None or not have[1]:
+        return False
+    if "://" not in entry:
+        want = _origin(f"//{entry}")
+        return want is not None and want[1] == have[1] and (want[2] in (None, have[2]))
+    want = _origin(entry)
+    if want is None or want[:3] != have[:3]:
+        return False
+    base = want[3].rstrip("/")
+    return not base or have[3] == base or have[3].startswith(base + "/")

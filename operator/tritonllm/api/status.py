@@ -45,6 +45,20 @@ class EngineStatus(ApiModel):
     """Name of the build Job, while one exists."""
 
 
+class EngineAnchor(ApiModel):
+    """The digests of the deployment's engine, kept where no pod and no user can write (this
+    status): the serving pods check the store against them even if the TritonLLMEngine is
+    deleted and recreated."""
+
+    key: str
+    """The engine key they belong to."""
+    digest: str
+    """The engine digest its build reported when the operator first recorded it (sha256 of
+    artifact.json's files)."""
+    fingerprintDigest: str | None = None
+    """The files' fingerprint digest reported with it."""
+
+
 class RepositoryStatus(ApiModel):
     """A model repository revision the operator wrote."""
 
@@ -204,3 +218,8 @@ class TritonLLMDeploymentStatus(ApiModel):
     buildObjectUids: list[str] | None = None
     """UIDs of the engine build Job and plan the operator created, copied from the engine
     record: they stay trusted if the record is deleted while the build runs."""
+    engineAnchor: EngineAnchor | None = None
+    """The engine digest the operator recorded first for the current engine key, copied from
+    the engine record: a record recreated with another digest is not served (Degraded,
+    EngineDigestChanged) until the deployment's annotation tritonllm.io/accept-engine-digest
+    names the new one."""

@@ -289,30 +289,59 @@ def deployment_address(name: str, namespace: str) -> str:
     return f"{service.spec.cluster_ip}:{c.GRPC_PORT}"
 
 
+BENCH_MANAGER = "tritonllm-bench"
+# Exit code of a run whose report could not be stored (the figures were printed).
+EXIT_CONFIGMAP_REFUSED = 3
+
+
+class ConfigMapRefused(Exception):
+    """ConfigMap <name>-bench exists and the bench did not create it."""
+
+
+def _is_ours(live: dict[str, Any], owner_uid: str) -> bool:
+    """Created by the bench for this deployment: its label and an owner reference to this very
+    deployment (by uid) say so; anything else under the name is someone else's."""
+    meta = live.get("metadata") or {}
+    managed = (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY) == BENCH_MANAGER
+    owners = {r.get("uid") for r in meta.get("ownerReferences") or []}
+    return managed and owner_uid in owners
+
+
 def write_configmap(name: str, namespace: str, report: dict[str, Any]) -> str:
-    """The report in ConfigMap <name>-bench, owned by deployment `name`; its name."""
+    """The report in ConfigMap <name>-bench, owned by deployment `name`; its name. A ConfigMap of
+    that name that the bench did not create is refused (ConfigMapRefused), never overwritten."""
     from kubernetes import client, config
 
     config.load_kube_config()
+    core = client.CoreV1Api()
     owner = client.CustomObjectsApi().get_namespaced_custom_object(
         c.GROUP, c.VERSION, namespace, c.PLURAL, name)
+    uid = owner["metadata"]["uid"]
     cm_name = f"{name}-bench"
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": cm_name, "namespace": namespace,
-                     "labels": {c.LABEL_MANAGED_BY: "tritonllm-bench",
-                                c.LABEL_DEPLOYMENT: name},
+                     "labels": {c.LABEL_MANAGED_BY: BENCH_MANAGER, c.LABEL_DEPLOYMENT: name},
                      "ownerReferences": [{"apiVersion": c.API_VERSION, "kind": c.KIND,
-                                          "name": name, "uid": owner["metadata"]["uid"]}]},
+                                          "name": name, "uid": uid}]},
         "data": {"results.json": json.dumps(report, indent=2), "table": table(report["levels"])},
     }
-    core = client.CoreV1Api()
     try:
-        core.replace_namespaced_config_map(cm_name, namespace, body)
+        live = client.ApiClient().sanitize_for_serialization(
+            core.read_namespaced_config_map(cm_name, namespace))
     except client.ApiException as exc:
         if exc.status != 404:
             raise
-        core.create_namespaced_config_map(namespace, body)
+        core.create_namespaced_config_map(namespace, body)  # 409 if one appeared meanwhile
+        return cm_name
+    if not _is_ours(live, uid):
+        raise ConfigMapRefused(
+            f"ConfigMap {namespace}/{cm_name} exists and was not created by tritonllm bench for "
+            f"deployment {name} (no label {c.LABEL_MANAGED_BY}={BENCH_MANAGER} and owner "
+            f"reference to it): left unchanged; delete or rename it to store the report there")
+    # replaced only as read: a ConfigMap swapped in meanwhile fails with 409
+    body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    core.replace_namespaced_config_map(cm_name, namespace, body)
     return cm_name
 
 
@@ -385,7 +414,11 @@ def run(args: argparse.Namespace) -> int:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
     if args.configmap:
-        stored = write_configmap(args.target, args.namespace, reports[0])
+        try:
+            stored = write_configmap(args.target, args.namespace, reports[0])
+        except ConfigMapRefused as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_CONFIGMAP_REFUSED
         print(f"stored in ConfigMap {args.namespace}/{stored}", file=sys.stderr)
     failed = any(level["errors"] for r in reports for level in r["levels"])
     return 1 if failed else 0

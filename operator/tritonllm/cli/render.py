@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tritonllm.api.deployment import FieldError, InvalidDeployment, parse_deployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.render import (
     Rendered,
     RenderOptions,
@@ -28,6 +31,9 @@ from tritonllm.render import (
 from .yamlio import dump_all, load_all
 
 EXIT_INVALID = 2
+# The flags that set an operator setting of the same name (OperatorSettings).
+RENDER_FLAGS = ("tools_image", "prometheus_url", "activator_image", "operator_namespace",
+                "prometheus_url_allowed")
 # What the API server's strict field validation knows at the top and in metadata (ObjectMeta).
 TOP_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 META_FIELDS = (
@@ -57,17 +63,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="CR file (YAML, several documents allowed), or - for standard input",
     )
     p.add_argument("--out", help="also write repository files and plans under this directory")
-    p.add_argument(
-        "--tools-image",
-        default=RenderOptions.tools_image,
-        help="image carrying tritonllm's in-pod entry points (the operator image)",
-    )
+    # The operator's settings that shape objects: TRITONLLM_* from the environment, as
+    # `tritonllm run` reads them, unless a flag names one.
+    p.add_argument("--tools-image",
+                   help="image carrying tritonllm's in-pod entry points (the operator image; "
+                   "TRITONLLM_TOOLS_IMAGE)")
     p.add_argument("--namespace", help="namespace for CRs that do not set one")
-    p.add_argument("--prometheus-url", default=os.environ.get("TRITONLLM_PROMETHEUS_URL"),
-                   help="the operator's TRITONLLM_PROMETHEUS_URL, read from the environment "
-                   "by default (KEDA triggers of CRs without spec.autoscaling.prometheusUrl)")
-    p.add_argument("--activator-image", default=RenderOptions.activator_image,
-                   help="HAProxy image of the scale-to-zero activator")
+    p.add_argument("--prometheus-url",
+                   help="the operator's TRITONLLM_PROMETHEUS_URL (KEDA triggers of CRs without "
+                   "spec.autoscaling.prometheusUrl)")
+    p.add_argument("--prometheus-url-allowed", metavar="LIST",
+                   help="the operator's TRITONLLM_PROMETHEUS_URL_ALLOWED (comma list of URLs or "
+                   "hosts a CR's spec.autoscaling.prometheusUrl may name): given, a CR naming "
+                   "another is refused as the operator refuses it")
+    p.add_argument("--activator-image",
+                   help="HAProxy image of the scale-to-zero activator (TRITONLLM_ACTIVATOR_IMAGE)")
+    p.add_argument("--operator-namespace",
+                   help="namespace the operator runs in (TRITONLLM_OPERATOR_NAMESPACE): a "
+                   "verified rollout's NetworkPolicy admits its pods' smoke requests")
     p.add_argument("--pod-monitors", action="store_true",
                    help="render PodMonitors, as the operator does where the cluster has the "
                    "Prometheus operator's CRDs")
@@ -110,7 +123,9 @@ def render_documents(
         except InvalidDeployment as exc:
             errors += [f"{where}: {e}" for e in missing + exc.errors]
             continue
-        problems = missing + validate(dep)
+        # the operator always checks its allow-list; here only when it is given (flag or env)
+        given = "prometheus_url_allowed" in opts.settings.model_fields_set
+        problems = missing + validate(dep, opts.settings if given else None)
         if not problems:
             rendered = render_all(dep, opts)
             problems = rendered_problems(rendered)
@@ -132,6 +147,16 @@ def write_out(out: Path, rendered: Rendered) -> None:
     (base / "objects.yaml").write_text(dump_all(o.body for o in rendered.objects))
 
 
+def settings_from(args: argparse.Namespace, env: dict[str, str] | None = None
+                  ) -> OperatorSettings:
+    """The operator's settings from the environment (TRITONLLM_*), the flags winning: one
+    source, so this renders what the operator applies."""
+    flags = {name: getattr(args, name, None) for name in RENDER_FLAGS}
+    env = dict(os.environ if env is None else env)
+    env.update({f"TRITONLLM_{k.upper()}": v for k, v in flags.items() if v is not None})
+    return OperatorSettings.from_env(env)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         docs = load_all(_read(args.filename))
@@ -144,8 +169,14 @@ def run(args: argparse.Namespace) -> int:
     if not docs:
         print(f"error: {args.filename} holds no document", file=sys.stderr)
         return EXIT_INVALID
-    opts = RenderOptions(tools_image=args.tools_image, prometheus_url=args.prometheus_url,
-                         activator_image=args.activator_image, pod_monitors=args.pod_monitors)
+    try:
+        settings = settings_from(args)
+    except ValidationError as exc:
+        for err in exc.errors():
+            print(f"error: setting {'.'.join(map(str, err['loc']))}: {err['msg']}",
+                  file=sys.stderr)
+        return EXIT_INVALID
+    opts = RenderOptions(settings=settings, pod_monitors=args.pod_monitors)
     results, errors = render_documents(docs, opts, args.namespace)
     if errors:
         for line in errors:

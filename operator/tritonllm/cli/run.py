@@ -148,19 +148,19 @@ async def _elected(
     settings: OperatorSettings, kubeconfig: str | None, liveness: str | None
 ) -> None:
     """Lease-based leader election (tritonllm.k8s.lease): wait as a standby (its /healthz says
-    so), then run kopf without peering while the Lease is renewed. A lost Lease stops kopf and
-    raises LeaseLost (the process exits 1; its restart waits as a standby); a stop of kopf
-    (SIGTERM) releases the Lease, so the standby takes over at once."""
+    so), then run kopf without peering while the Lease is renewed. A lost Lease cancels the
+    passes in flight at once, stops kopf and raises LeaseLost (the process exits 1; its restart
+    waits as a standby); a stop of kopf (SIGTERM) releases the Lease, so the standby takes over
+    at once."""
     import logging
 
     import kopf
 
     from tritonllm.handlers import operator as handlers
-    from tritonllm.k8s.client import Kube
-    from tritonllm.k8s.lease import LeaderLease, LeaseLost
+    from tritonllm.k8s.lease import LeaderLease, LeaseLost, lease_client
 
     identity = _identity()
-    kube = Kube.from_kubeconfig(kubeconfig, concurrency=2, timeout=settings.lease_seconds / 3)
+    kube = lease_client(kubeconfig, settings.lease_seconds)
     namespace = settings.leader_election_namespace or next(iter(settings.namespaces), "default")
     lease = LeaderLease(kube, namespace, settings.leader_election, identity,
                         duration=settings.lease_seconds)
@@ -172,7 +172,7 @@ async def _elected(
         operator = asyncio.create_task(kopf.operator(
             standalone=True, namespaces=settings.namespaces,
             clusterwide=not settings.namespaces, liveness_endpoint=liveness, stop_flag=stop))
-        keep = asyncio.create_task(lease.keep())
+        keep = asyncio.create_task(lease.keep(on_lost=handlers.lost))
         done, _ = await asyncio.wait({operator, keep}, return_when=asyncio.FIRST_COMPLETED)
         if keep in done and not lease.released:
             stop.set()  # lost: stop acting before a standby may start

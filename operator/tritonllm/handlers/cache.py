@@ -37,7 +37,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -70,29 +70,51 @@ def _shared(text: Any) -> Any:
     return sys.intern(text) if isinstance(text, str) else text
 
 
-def _meta(obj: Mapping[str, Any], *extra: str) -> Obj:
+# The label keys the operator writes on its children: all that is read back of their labels
+# (another's object may carry thousands of labels, our own too, if anyone labels it).
+CHILD_LABELS = frozenset({c.LABEL_NAME, c.LABEL_INSTANCE, c.LABEL_COMPONENT, c.LABEL_MANAGED_BY,
+                          c.LABEL_ENGINE_KEY, c.LABEL_REPO_KEY})
+# Of the references of the TritonLLMDeployments that co-own a build object (each one waiting for
+# the build adds its own), this many are kept: a deployment past them adds its reference again
+# on each pass (a no-op patch); past them an object planted with thousands costs no more.
+SHARED_OWNERS_KEPT = 32
+# Our spec hash is a short hex digest: a longer value is none of ours (read as no hash).
+SPEC_HASH_MAX = 64
+
+
+def _meta(obj: Mapping[str, Any], *extra: str,
+          labels: Collection[str] = (c.LABEL_MANAGED_BY,)) -> Obj:
+    """Identity, the `extra` fields, the label keys in `labels` (all of them with the extra
+    field "labels": the deployment's own), the owners the planner reads and the spec hash."""
     meta = obj["metadata"]
     keep = ("name", "namespace", "uid", "resourceVersion", *extra)
-    out: Obj = {k: meta[k] for k in keep if k in meta}
+    out: Obj = {k: meta[k] for k in keep if k in meta and k != "labels"}
     if "namespace" in out:
         out["namespace"] = _shared(out["namespace"])
-    if "labels" in out:
-        out["labels"] = {_shared(k): _shared(v) for k, v in (out["labels"] or {}).items()}
+    have = meta.get("labels") or {}
+    if "labels" in extra and "labels" in meta:
+        out["labels"] = {_shared(k): _shared(v) for k, v in have.items()}
+    elif any(k in have for k in labels):  # looked up, never iterated: any number of labels
+        out["labels"] = {_shared(k): _shared(have[k]) for k in sorted(labels) if k in have}
     spec_hash = (meta.get("annotations") or {}).get(c.ANNOTATION_SPEC_HASH)
-    if spec_hash is not None:
+    if isinstance(spec_hash, str) and len(spec_hash) <= SPEC_HASH_MAX:
         out["annotations"] = {c.ANNOTATION_SPEC_HASH: spec_hash}
-    # Whose the object is (tritonllm.plan.ownership): the managed-by label and the owners.
-    managed_by = (meta.get("labels") or {}).get(c.LABEL_MANAGED_BY)
-    if managed_by is not None and "labels" not in out:
-        out["labels"] = {c.LABEL_MANAGED_BY: _shared(managed_by)}
-    owners = [
-        {k: _shared(r[k]) if k in ("kind", "name") else r[k]
-         for k in ("kind", "name", "uid", "controller") if k in r}
-        for r in meta.get("ownerReferences") or []
-    ]
+    owners = _owners(meta.get("ownerReferences"))  # whose it is (tritonllm.plan.ownership)
     if owners:
         out["ownerReferences"] = owners
     return out
+
+
+def _owners(refs: Any) -> list[Obj]:
+    """The owner references the planner reads: the controller (tritonllm.plan.ownership) and the
+    TritonLLMDeployments that co-own a build object (`owner_uids`), at most SHARED_OWNERS_KEPT;
+    with neither, the first (a conflict message names it)."""
+    refs = [r for r in refs or () if isinstance(r, Mapping)]
+    controller = [r for r in refs if r.get("controller") is True][:1]
+    users = [r for r in refs if r.get("controller") is not True and r.get("kind") == c.KIND]
+    kept = controller + users[:SHARED_OWNERS_KEPT] or refs[:1]
+    return [{k: _shared(r[k]) if k in ("kind", "name") else r[k]
+             for k in ("kind", "name", "uid", "controller") if k in r} for r in kept]
 
 
 def project_deployment(obj: Mapping[str, Any]) -> Obj:
@@ -141,7 +163,7 @@ def project_job(obj: Mapping[str, Any]) -> Obj:
         for stamp in ("startTime", "completionTime"):
             if st.get(stamp):
                 status[stamp] = st[stamp]
-    return {"metadata": _meta(obj, "labels"), "status": status}
+    return {"metadata": _meta(obj, labels=CHILD_LABELS), "status": status}
 
 
 def project_workload(obj: Mapping[str, Any]) -> Obj:
@@ -183,8 +205,19 @@ def replicas_only_ours(obj: Mapping[str, Any]) -> bool:
 
 
 def project_child(obj: Mapping[str, Any]) -> Obj:
-    """ConfigMap, Service, HPA, PDB, NetworkPolicy, PVC: identity and the spec hash."""
-    return {"metadata": _meta(obj, "labels")}
+    """ConfigMap, Service, HPA, PDB, NetworkPolicy and the like: identity, our labels, the
+    owners and the spec hash."""
+    return {"metadata": _meta(obj, labels=CHILD_LABELS)}
+
+
+def project_claim(obj: Mapping[str, Any]) -> Obj:
+    """A PersistentVolumeClaim, anyone's (the store a deployment names is the user's): that it
+    exists is all the planner reads."""
+    meta = obj["metadata"]
+    out: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    if "namespace" in out:
+        out["namespace"] = _shared(out["namespace"])
+    return {"metadata": out}
 
 
 def managed(obj: Mapping[str, Any]) -> bool:
@@ -337,7 +370,7 @@ BY_NAME: dict[str, IndexSpec] = {
         _named("tritonllm_pod_monitors", "PodMonitor",
                ("monitoring.coreos.com", "v1", "podmonitors"), project_child, managed=True),
         _named("tritonllm_claims", "PersistentVolumeClaim", ("", "v1", "persistentvolumeclaims"),
-               project_child),
+               project_claim),
         # Secrets are not watched at all: read by name (tritonllm.handlers.observe.SecretChecks).
     )
 }
@@ -444,6 +477,10 @@ class Cache:
         """The object (its projection), or None when it does not exist."""
         found = self._get(kind, namespace, name)
         return inflate_deployment(found) if found is not None and kind == c.KIND else found
+
+    def exists(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Whether the object exists (as `get` sees it, not inflated)."""
+        return self._get(kind, namespace, name) is not None
 
     def _get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         found = self._values(BY_NAME[kind], (namespace, name))

@@ -30,6 +30,8 @@ from tritonllm.plan import (
     Observed,
     PodTimes,
     Stall,
+    engine_anchor,
+    failure_state,
     is_cache_hit,
     is_ours,
     job_failed,
@@ -38,6 +40,7 @@ from tritonllm.plan import (
     job_running,
     job_stall,
     optional_refs,
+    pod_workloads,
     record_status,
     serving_failure,
     shared_controller,
@@ -63,21 +66,24 @@ class BeforeRender:
 
 
 def read_before_render(
-    cache: Cache, settings: OperatorSettings, dep: TritonLLMDeployment, engine_key: str
+    cache: Cache, settings: OperatorSettings, dep: TritonLLMDeployment, engine_key: str,
+    body: Obj | None = None,
 ) -> BeforeRender:
+    """`body`: the deployment as the pass read it (else read again from the cache)."""
     engine = cache.get(c.ENGINE_KIND, dep.namespace, engine_key)
     workload = cache.get(dep.spec.topology.workload_kind, dep.namespace, dep.name)
     recorded = record_status(engine)
+    # the digests the build reported, as the deployment's status anchored them (the launch plan
+    # carries them to the serving pods): a recreated record does not change them unasked
+    body = body if body is not None else cache.get(c.KIND, dep.namespace, dep.name) or {}
+    anchor = engine_anchor(body, engine_key, recorded)
     opts = RenderOptions(
-        tools_image=settings.tools_image,
-        prometheus_url=settings.prometheus_url,
-        activator_image=settings.activator_image,
+        settings=settings,  # whole: a setting added later reaches rendering with no copy here
         pod_monitors=cache.serves(POD_MONITORS_CRD),
         engine_cached=is_cache_hit(recorded, dep.metadata.uid or ""),
         observed_replicas=handover_replicas(dep, workload),
-        # the digests the build reported (the launch plan carries them to the serving pods)
-        engine_digest=recorded.digest if recorded.state == "Ready" else None,
-        engine_fingerprints=recorded.fingerprintDigest,
+        engine_digest=anchor.digest if anchor is not None else None,
+        engine_fingerprints=anchor.fingerprintDigest if anchor is not None else None,
     )
     return BeforeRender(engine, workload, opts)
 
@@ -221,6 +227,26 @@ JOB_COMPONENTS = frozenset({c.COMPONENT_BUILD, c.COMPONENT_REPOSITORY})
 JOB_POD_STATUS = ("phase", "conditions", "initContainerStatuses", "containerStatuses")
 
 
+def made_by_ours(cache: Cache, pod: Obj) -> bool:
+    """Whether a serving or verification pod was made by a workload of the deployment its
+    instance label names, as the watch shows them (tritonllm.plan.ownership.pod_workloads). A
+    pod that only carries our labels, anyone may create: nothing of it is read (its termination
+    message would be redacted on every event and reported as the deployment's). A Job's pod:
+    True (only why it does not start is read of it)."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) in JOB_COMPONENTS:
+        return True
+    namespace = meta.get("namespace")
+    for kind, name in pod_workloads(pod):
+        workload = cache.get(kind, namespace, name)
+        controller = shared_controller(workload)
+        if (controller is not None and controller[0] == labels.get(c.LABEL_INSTANCE)
+                and cache.deployment_controls(namespace, workload)):
+            return True
+    return False
+
+
 class PodChecks:
     """What the watch of serving pods tells about each deployment (a container's failure, the
     scheduler's verdict on a pod it cannot place, the revision's phase times), with no request;
@@ -232,12 +258,14 @@ class PodChecks:
     # A Job of which no pod has been seen is asked for its FailedCreate Events only once it is
     # this old: the Job controller creates its pod within seconds, as a rule.
     JOB_GRACE_SECONDS = 5.0
+    JOBS_PRUNE_AT = 1024  # answers past JOB_RECHECK_SECONDS are dropped beyond this many
 
     def __init__(self) -> None:
         # Per deployment, the serving and verification pods the scheduler cannot place, with its
         # message (from the watch: the PodScheduled condition; no pod list).
         self._unplaced: dict[tuple[str, str], dict[str, str]] = {}
         self._jobs: dict[tuple[str, str], tuple[float, Stall | None]] = {}
+        self._jobs_prune_at = self.JOBS_PRUNE_AT
         # The FailedCreate lookup under way per Job: the passes of the deployments that share a
         # Job, run side by side, wait for one list instead of each making its own.
         self._asking: dict[tuple[str, str], asyncio.Future[Stall | None]] = {}
@@ -250,6 +278,9 @@ class PodChecks:
         self._verify_failed: dict[tuple[str, str], tuple[str, str]] = {}
         # Per deployment, per repository revision: the timestamps of its first serving pod.
         self._times: dict[tuple[str, str], dict[str, PodTimes]] = {}
+        # Per serving pod (uid): serving_failure's answer for its failure_state, so that a
+        # termination message is redacted once per run that ended, not on every pod event.
+        self._said: dict[str, tuple[tuple[Any, ...], str | None]] = {}
 
     def pod_changed(self, pod: Obj) -> str | None:
         """From the watch of serving pods: remember a container that exited with an error (a
@@ -265,7 +296,7 @@ class PodChecks:
             # reconcile
             repository = labels.get(c.LABEL_COMPONENT) == c.COMPONENT_REPOSITORY
             return labels.get(c.LABEL_INSTANCE) if first and repository else None
-        message = serving_failure(pod)
+        message = self._serving_failure(pod)
         name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
         if not name:
             return None
@@ -306,9 +337,40 @@ class PodChecks:
             return None
         self._unplaced.get((meta.get("namespace", ""), name), {}).pop(meta.get("name"), None)
         if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_VERIFY:
+            self._said.pop(str(meta.get("uid") or ""), None)
             return None
-        message = serving_failure(pod)
+        message = self._serving_failure(pod, gone=True)
         return name if message is not None and self._record_failure(name, pod, message) else None
+
+    SAID_MAX = 4096  # pods whose deletion the watch never showed are dropped beyond this many
+
+    def _serving_failure(self, pod: Obj, *, gone: bool = False) -> str | None:
+        """serving_failure(pod), computed (its message redacted) only when the pod's
+        failure_state differs from the last event's; `gone`: the pod was deleted, its entry
+        goes."""
+        uid = str(pod["metadata"].get("uid") or "")
+        state = failure_state(pod)
+        known = self._said.pop(uid, None) if gone else self._said.get(uid)
+        if known is not None and known[0] == state:
+            return known[1]
+        message = serving_failure(pod)
+        if uid and not gone:
+            self._said[uid] = (state, message)
+            if len(self._said) > self.SAID_MAX:
+                self._said.pop(next(iter(self._said)))  # the oldest
+        return message
+
+    def forget_pod(self, pod: Obj) -> None:
+        """A pod that no workload of ours made was deleted (or ours, after its workload): only
+        what was kept of it goes (nothing is read from it)."""
+        meta = pod["metadata"]
+        self._said.pop(str(meta.get("uid") or ""), None)
+        key = (meta.get("namespace", ""), (meta.get("labels") or {}).get(c.LABEL_INSTANCE) or "")
+        unplaced = self._unplaced.get(key)
+        if unplaced is not None:
+            unplaced.pop(meta.get("name"), None)
+            if not unplaced:
+                del self._unplaced[key]
 
     def _job_pod(self, pod: Obj, *, gone: bool) -> bool:
         """Keep what says why a Job's pod does not start (tritonllm.plan.stalls.job_stall), for
@@ -451,7 +513,12 @@ class PodChecks:
             fields["involvedObject.uid"] = uid
         events = await kube.list("v1", "Event", namespace, labels={}, fields=fields)
         stall = job_stall([], events)
-        self._jobs[(namespace, name)] = (time.monotonic(), stall)
+        now = time.monotonic()
+        self._jobs[(namespace, name)] = (now, stall)
+        if len(self._jobs) > self._jobs_prune_at:  # a Job deleted unfinished: none asks again
+            self._jobs = {k: v for k, v in self._jobs.items()
+                          if now - v[0] < self.JOB_RECHECK_SECONDS}
+            self._jobs_prune_at = max(self.JOBS_PRUNE_AT, 2 * len(self._jobs))
         return stall
 
     def unschedulable(

@@ -163,6 +163,13 @@ def when_stopped(fn: Callable[[], Awaitable[None]]) -> None:
     _state["when_stopped"] = fn
 
 
+def lost() -> None:
+    """The Lease is lost (tritonllm.k8s.lease): stop acting at once, not when kopf's shutdown
+    reaches `cleanup` (seconds later, past the standby's takeover): no new pass, and the passes
+    in flight cancelled."""
+    reconciler().stop(cancel=True)
+
+
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
     names = _state.pop("names", None)

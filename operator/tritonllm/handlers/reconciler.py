@@ -21,7 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tritonllm.api import constants as c
@@ -47,7 +47,7 @@ from tritonllm.render.manifest import Manifest
 from .cache import Cache
 from .execute import NameConflict, Outbox, WriteRefused, execute, failure
 from .metrics import RECONCILE_SECONDS, RECONCILES, ConditionGauge, PhaseHistory
-from .observe import PodChecks, SecretChecks, observe, read_before_render
+from .observe import PodChecks, SecretChecks, made_by_ours, observe, read_before_render
 from .schedule import Key, Schedule
 from .smoke import SmokeChecks
 
@@ -101,11 +101,12 @@ class Reconciler:
         self._dirty: set[Key] = set()
         self._conditions = ConditionGauge()
         self._phases = PhaseHistory()
-        self._engine_locks: dict[Key, asyncio.Lock] = {}
+        # Per (namespace, engine key): its lock and the passes holding or waiting for it.
+        self._engine_locks: dict[Key, tuple[asyncio.Lock, int]] = {}
         self.schedule = Schedule(self.request)
         self._pods = PodChecks()
         self._secrets = SecretChecks()
-        self._smoke = SmokeChecks()
+        self._smoke = SmokeChecks(self.request)  # a set's end asks for its deployment's pass
         self._failures: dict[Key, int] = {}  # consecutive failed passes
         self._held: dict[Key, float] = {}  # since when a progress-only status waits (monotonic)
         self._gone: set[Key] = set()  # deleted since their last pass: nothing to schedule
@@ -121,6 +122,8 @@ class Reconciler:
     def pod_changed(self, pod: dict[str, Any]) -> None:
         """A serving pod changed: a container that exited with an error is reported in its
         deployment's conditions (ServingPodFailed)."""
+        if not made_by_ours(self.cache, pod):
+            return  # only labelled as ours: not read
         name = self._pods.pod_changed(pod)
         if not name:
             return
@@ -135,13 +138,29 @@ class Reconciler:
     def pod_gone(self, pod: dict[str, Any]) -> None:
         """A serving pod was deleted (what the scheduler said of it no longer holds; an error
         exit that its last state shows is reported as from a change)."""
-        name = self._pods.pod_gone(pod)
-        if name:
-            self.request(pod["metadata"].get("namespace", ""), name)
+        name = None
+        if made_by_ours(self.cache, pod):
+            name = self._pods.pod_gone(pod)
+        else:  # only labelled as ours, or its workload went first: nothing read, kept state goes
+            self._pods.forget_pod(pod)
+        ns = pod["metadata"].get("namespace", "")
+        instance = (pod["metadata"].get("labels") or {}).get(c.LABEL_INSTANCE)
+        if instance and not self.cache.exists(c.KIND, ns, instance):
+            # No such deployment (a pod labelled as ours by someone else, or one that outlived
+            # its deployment): what was kept of its pods goes with them.
+            self._pods.forget(ns, instance)
+        elif name:
+            self.request(ns, name)
 
-    def stop(self) -> None:
-        """The replica stops acting: requests from now on are dropped."""
+    def stop(self, *, cancel: bool = False) -> None:
+        """The replica stops acting: requests from now on are dropped. With `cancel` (the Lease
+        is lost: a standby may act from its expiry on) the passes in flight are cancelled too,
+        so none sends another write; a clean stop lets them end (`wait_idle`)."""
         self._stopped = True
+        self._smoke.stop()  # smoke sets run outside the passes: no pass would read them
+        if cancel:
+            for task in self._running.values():
+                task.cancel()
 
     def request(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one object (coalesced)."""
@@ -258,7 +277,7 @@ class Reconciler:
         now = self.clock()
         try:
             dep = parse_deployment(body)
-            problems = validate(dep)
+            problems = validate(dep, self.settings)
             if problems:
                 raise InvalidDeployment(problems)
         except InvalidDeployment as exc:
@@ -301,7 +320,7 @@ class Reconciler:
         now: dt.datetime,
         logger: Logger,
     ) -> Decision:
-        before = read_before_render(self.cache, self.settings, dep, key)
+        before = read_before_render(self.cache, self.settings, dep, key, body)
         rendered = render_all(dep, before.opts)
         too_big = rendered_problems(rendered)
         if too_big:
@@ -351,8 +370,22 @@ class Reconciler:
             return contextlib.nullcontext()
         return self._engine_lock(namespace, key)
 
-    def _engine_lock(self, namespace: str, key: str) -> asyncio.Lock:
-        return self._engine_locks.setdefault((namespace, key), asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _engine_lock(self, namespace: str, key: str) -> AsyncIterator[None]:
+        """An engine's lock, kept only while passes hold or wait for it: every change of a
+        spec is a new engine key, and a lock per key ever seen would stay forever."""
+        k = (namespace, key)
+        lock, users = self._engine_locks.get(k) or (asyncio.Lock(), 0)
+        self._engine_locks[k] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            users = self._engine_locks[k][1] - 1
+            if users:
+                self._engine_locks[k] = (lock, users)
+            else:
+                del self._engine_locks[k]
 
     def _record(self, body: dict[str, Any], new_status: dict[str, Any] | None) -> None:
         """Publish the deployment's conditions in the tritonllm_deployments gauge."""
@@ -388,8 +421,7 @@ class Reconciler:
                 logger.info("forgot engine %s (engineRetention Delete)", key)
                 # Its files go too: a Job on the store (the operator never mounts the claim).
                 dep = parse_deployment(body)
-                job = jobs.engine_cleanup_job(dep, key, RenderOptions(
-                    tools_image=self.settings.tools_image))
+                job = jobs.engine_cleanup_job(dep, key, RenderOptions(settings=self.settings))
                 await self.kube.create(Manifest.of(job))
                 logger.info("removing engine %s from claim %s", key, dep.spec.storage.claimName)
             except (KubeError, InvalidDeployment, ValueError) as exc:

@@ -7,11 +7,31 @@ A pod IP is reachable from the operator's pod (the serving pods' NetworkPolicy a
 operator's namespace on the HTTP port with a verified rollout: TRITONLLM_OPERATOR_NAMESPACE) and
 from a node-local operator. The set is sent once per revision; its answers are kept until the
 status records the verdict.
+
+The verification pod runs the deployment author's image, so nothing it does may cost the
+operator more than a bounded amount:
+
+- the set runs in a task of its own, outside the reconcile pass and its slot: the pass that finds
+  the pod starts it, later passes read its answers (none while it runs), and its end asks for a
+  pass of its deployment. A new revision, the verdict in the status, or the deployment gone
+  cancel it;
+- one deadline for the whole set, the sum of its latency bounds (an answer later than its bound
+  fails anyway), and the set stops at the first answer that fails;
+- at most ANSWER_LIMIT bytes of an answer are read, never decompressed, and no redirect is
+  followed;
+- the pod must be controlled by the verification workload: its controller (the ReplicaSet of a
+  Deployment, the leader StatefulSet of a LeaderWorkerSet) is read by name and must carry the
+  uid the pod names and have the workload, by uid, as its own controller. Labels and owner
+  references alone can be written by anyone who may create a pod in the namespace.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -20,21 +40,33 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.spec import SmokeRequest
 from tritonllm.k8s.client import Kube
-from tritonllm.plan import SmokeAnswer, SmokeRun, WorkloadObs
+from tritonllm.plan import SmokeAnswer, SmokeRun, WorkloadObs, is_ours, judge
 from tritonllm.render.serving import model_name, template_revision
 
+log = logging.getLogger("tritonllm.smoke")
+
 Obj = dict[str, Any]
-# Seconds past a request's latency bound before it is given up (its answer is then "none").
-GRACE_SECONDS = 5.0
+Key = tuple[str, str]
+# The most of one answer that is read. The JSON of the longest expected answer (4096 characters,
+# each escaped as \uXXXX) fits with room to spare; a longer answer fails its request unread.
+ANSWER_LIMIT = 64 * 1024
+# Of an answer's text_output, what judge reads is kept until the verdict is written: the
+# expected text plus one character (a longer answer differs), or the quote of a wrong one.
+KEEP_TEXT = 256
 # LeaderWorkerSet labels each pod of a group with its index in the group (the leader's is 0).
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# What controls the pods of each kind of verification workload (apps/v1).
+POD_CONTROLLER = {"Deployment": "ReplicaSet", "LeaderWorkerSet": "StatefulSet"}
 
 
 class SmokeChecks:
-    """One smoke run per deployment and revision, kept until the verdict is in the status."""
+    """One smoke set per deployment and revision, sent in the background; its answers kept until
+    the verdict is in the status. `on_done(namespace, name)` asks for a pass once a set ended."""
 
-    def __init__(self) -> None:
-        self._runs: dict[tuple[str, str], SmokeRun] = {}
+    def __init__(self, on_done: Callable[[str, str], None] | None = None) -> None:
+        self._on_done = on_done
+        self._runs: dict[Key, SmokeRun] = {}
+        self._sending: dict[Key, tuple[str, asyncio.Task[None]]] = {}  # (revision, task)
 
     async def run(
         self,
@@ -44,69 +76,194 @@ class SmokeChecks:
         target: str | None,
         rollout: Obj | None,
     ) -> SmokeRun | None:
-        """The smoke set's answers from the Ready verification pod of `target`; None while
-        there is none, or once status.rollout holds the verdict for it."""
+        """The smoke set's answers from the verification pod of `target`, once sent; None while
+        there is no Ready pod or the set runs (this starts it), or once status.rollout holds
+        the verdict for it."""
         key = (dep.namespace, dep.name)
-        done = (rollout or {}).get("revision") == target and (rollout or {}).get("state") in (
-            "Verified", "Failed")
-        if verify is None or target is None or done or template_revision(verify) != target:
-            self._runs.pop(key, None)
+        if not _wanted(dep, verify, target, rollout):
+            self.forget(*key)
             return None
+        assert verify is not None and target is not None
         known = self._runs.get(key)
         if known is not None and known.revision == target:
             return known
+        sending = self._sending.get(key)
+        if sending is not None and sending[0] == target:
+            return None
         if WorkloadObs.of(verify).ready < 1:
             return None
-        pod = await _ready_pod(kube, dep, target)
+        pod = await _target_pod(kube, dep, verify, target)
         if pod is None:
             return None
+        self.forget(*key)  # another revision's set, if one still runs
+        task = asyncio.create_task(self._send(key, dep, target, pod))
+        self._sending[key] = (target, task)
+        return None
+
+    async def _send(self, key: Key, dep: TritonLLMDeployment, target: str, pod: Obj) -> None:
         ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
-        smoke = dep.spec.rollout.smoke_set
-        answers = [await send(ip, model_name(dep), request) for request in smoke]
-        run = SmokeRun(target, name, tuple(answers))
-        self._runs[key] = run
-        return run
+        try:
+            answers = await send_set(ip, model_name(dep), dep.spec.rollout.smoke_set)
+        except Exception as exc:  # a fault of ours: said in the verdict, not lost with the task
+            log.exception("%s/%s: smoke set not sent", *key)
+            answers = (SmokeAnswer(None, None, 0.0, f"not sent: {type(exc).__name__}"),)
+        self._runs[key] = SmokeRun(target, name, answers)
+        self._sending.pop(key, None)
+        if self._on_done is not None:
+            self._on_done(*key)
 
     def forget(self, namespace: str, name: str) -> None:
         self._runs.pop((namespace, name), None)
+        sending = self._sending.pop((namespace, name), None)
+        if sending is not None:
+            sending[1].cancel()
+
+    def stop(self) -> None:
+        """The replica stops acting: every set under way is cancelled."""
+        for key in list(self._sending):
+            self.forget(*key)
 
 
-async def _ready_pod(kube: Kube, dep: TritonLLMDeployment, target: str) -> Obj | None:
-    """The verification pod (a group's leader) of the target revision that is Ready."""
+def _wanted(
+    dep: TritonLLMDeployment, verify: Obj | None, target: str | None, rollout: Obj | None
+) -> bool:
+    """Whether the set of `target` is wanted: the deployment's own verification workload runs
+    it, and status.rollout has no verdict for it yet."""
+    rollout = rollout or {}
+    done = rollout.get("revision") == target and rollout.get("state") in ("Verified", "Failed")
+    return (verify is not None and target is not None and not done
+            and template_revision(verify) == target and is_ours(verify, dep.metadata.uid or ""))
+
+
+async def _target_pod(
+    kube: Kube, dep: TritonLLMDeployment, verify: Obj, target: str
+) -> Obj | None:
+    """The Ready verification pod (a group's leader) of the target revision that the
+    verification workload controls."""
     labels = {c.LABEL_INSTANCE: dep.name, c.LABEL_COMPONENT: c.COMPONENT_VERIFY}
+    kind = dep.spec.topology.workload_kind
+    owners: dict[str, Obj | None] = {}  # each read once: forged pods may all name one
     for pod in await kube.list("v1", "Pod", dep.namespace, labels=labels):
-        meta, st = pod["metadata"], pod.get("status") or {}
-        if (meta.get("annotations") or {}).get(c.ANNOTATION_REVISION) != target:
+        ref = _controller(pod, POD_CONTROLLER[kind])
+        if ref is None or not _ready_leader(pod, target):
             continue
-        if (meta.get("labels") or {}).get(LWS_WORKER_INDEX, "0") != "0" or meta.get(
-                "deletionTimestamp"):
-            continue
-        ready = any(x.get("type") == "Ready" and x.get("status") == "True"
-                    for x in st.get("conditions") or [])
-        if ready and st.get("podIP"):
+        name = str(ref.get("name", ""))
+        if name not in owners:
+            owners[name] = await kube.get("apps/v1", str(ref["kind"]), dep.namespace, name)
+        if _controls(owners[name], ref, kind, verify):
             return pod
     return None
 
 
-async def send(ip: str, model: str, request: SmokeRequest) -> SmokeAnswer:
-    """One generate request (HTTP, the pod's own port), timed."""
+def _ready_leader(pod: Obj, target: str) -> bool:
+    meta, st = pod["metadata"], pod.get("status") or {}
+    if (meta.get("annotations") or {}).get(c.ANNOTATION_REVISION) != target:
+        return False
+    if (meta.get("labels") or {}).get(LWS_WORKER_INDEX, "0") != "0" or meta.get(
+            "deletionTimestamp"):
+        return False
+    ready = any(x.get("type") == "Ready" and x.get("status") == "True"
+                for x in st.get("conditions") or [])
+    return ready and bool(st.get("podIP"))
+
+
+def _controller(obj: Mapping[str, Any], kind: str, uid: str | None = None) -> Obj | None:
+    """The object's controller reference, if it is of `kind` (and has `uid`, when given)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:  # an object has one controller at most
+            if ref.get("kind") != kind or not ref.get("uid") or uid not in (None, ref["uid"]):
+                return None
+            return dict(ref)
+    return None
+
+
+def _controls(owner: Obj | None, ref: Obj, kind: str, verify: Obj) -> bool:
+    """Whether `owner`, read under the name of the pod's controller reference `ref`, is the
+    controller the verification workload made: it has the uid the pod names, and the
+    workload's uid as its own controller."""
+    uid = (verify.get("metadata") or {}).get("uid")
+    return (owner is not None and bool(uid) and owner["metadata"].get("uid") == ref["uid"]
+            and _controller(owner, kind, uid) is not None)
+
+
+def set_deadline_seconds(requests: Sequence[SmokeRequest]) -> float:
+    """How long a whole smoke set may take: the sum of its requests' latency bounds."""
+    return sum(r.maxLatencySeconds for r in requests)
+
+
+async def send_set(ip: str, model: str, requests: Sequence[SmokeRequest]
+                   ) -> tuple[SmokeAnswer, ...]:
+    """The requests in order, within the set's deadline; it stops at the first answer that
+    fails (the verdict is then known). The answers have their text cut to what judge reads."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + set_deadline_seconds(requests)
+    answers: list[SmokeAnswer] = []
+    for request in requests:
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        answer = await send(ip, model, request, seconds=min(request.maxLatencySeconds, left))
+        keep = max(len(request.expectExact or request.expectPrefix or ""), KEEP_TEXT) + 1
+        if answer.text is not None and len(answer.text) > keep:
+            answer = SmokeAnswer(answer.status, answer.text[:keep], answer.seconds, answer.error)
+        answers.append(answer)
+        if judge(request, answer) is not None:
+            break
+    return tuple(answers)
+
+
+async def send(
+    ip: str, model: str, request: SmokeRequest, *, seconds: float | None = None
+) -> SmokeAnswer:
+    """One generate request (HTTP, the pod's own port), timed, given up after `seconds` (its
+    latency bound unless less is left of the set's deadline)."""
     url = f"http://{ip}:{c.HTTP_PORT}/v2/models/{model}/generate"
     body = {"text_input": request.prompt, "max_tokens": request.maxTokens}
-    timeout = aiohttp.ClientTimeout(total=request.maxLatencySeconds + GRACE_SECONDS)
+    limit = request.maxLatencySeconds if seconds is None else seconds
     start = time.monotonic()
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
-            url, json=body
-        ) as resp:
-            raw = await resp.text()
-            seconds = time.monotonic() - start
-            if resp.status != 200:
-                return SmokeAnswer(resp.status, None, seconds, raw[:500])
-            try:
-                text = (await resp.json(content_type=None)).get("text_output")
-            except ValueError:
-                return SmokeAnswer(resp.status, None, seconds, f"not JSON: {raw[:200]}")
-            return SmokeAnswer(200, text if isinstance(text, str) else None, seconds)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        async with asyncio.timeout(limit):
+            return await _post(url, body, start)
+    except TimeoutError:
+        return SmokeAnswer(None, None, time.monotonic() - start,
+                           f"no complete answer within {limit:g} s")
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
         return SmokeAnswer(None, None, time.monotonic() - start,
                            f"{type(exc).__name__}: {exc}"[:300])
+
+
+async def _post(url: str, body: Obj, start: float) -> SmokeAnswer:
+    # A compressed answer would be read unbounded once inflated; a redirect would send the
+    # request wherever the pod says.
+    async with aiohttp.ClientSession(auto_decompress=False) as session, session.post(
+        url, json=body, allow_redirects=False, headers={"Accept-Encoding": "identity"}
+    ) as resp:
+        raw = await _read_capped(resp)
+        seconds = time.monotonic() - start
+        if raw is None:
+            return SmokeAnswer(resp.status, None, seconds,
+                               f"the answer is larger than {ANSWER_LIMIT // 1024} KiB")
+        text = raw.decode("utf-8", errors="replace")
+        if resp.status != 200:
+            return SmokeAnswer(resp.status, None, seconds, text[:500])
+        try:
+            said = json.loads(text)
+        except ValueError:
+            return SmokeAnswer(resp.status, None, seconds, f"not JSON: {text[:200]}")
+        out = said.get("text_output") if isinstance(said, dict) else None
+        return SmokeAnswer(200, out if isinstance(out, str) else None, seconds)
+
+
+async def _read_capped(resp: aiohttp.ClientResponse) -> bytes | None:
+    """The body, or None when it is longer than ANSWER_LIMIT (not read past that)."""
+    if (resp.content_length or 0) > ANSWER_LIMIT:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while size <= ANSWER_LIMIT:
+        chunk = await resp.content.read(ANSWER_LIMIT + 1 - size)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    return None

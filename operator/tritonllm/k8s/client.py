@@ -11,7 +11,9 @@ max-in-flight limit) was not carried out: it is sent again after the answer's Re
 (bounded by RETRY_AFTER_MAX_SECONDS; RETRY_AFTER_DEFAULT_SECONDS when the header is missing or
 unreadable), at most MAX_THROTTLED_RETRIES times; then the 429 is the call's error and the
 reconcile backs off. Each retry is counted in tritonllm_api_throttled_total and logged. The slot
-is given back while it waits, so a throttled request holds no connection.
+is given back while it waits, so a throttled request holds no connection. A client made with
+`throttled_retries=0` answers a 429 at once with the error: the Lease's (tritonllm.k8s.lease),
+whose calls must end within the renew deadline and whose own loop tries again.
 
 At most `concurrency` requests are in flight (the operator's client concurrency). When requests
 wait for a slot, the ones that make the cluster converge (children applied, deleted, scaled) go
@@ -30,7 +32,7 @@ import datetime as dt
 import email.utils
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -39,6 +41,7 @@ from prometheus_client import Counter
 from tritonllm.api import constants as c
 
 from .auth import Credentials, load_credentials
+from .jsonlist import list_items
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,9 @@ RESOURCES: dict[tuple[str, str], Resource] = {
     ("v1", "Event"): Resource("events"),
     ("batch/v1", "Job"): Resource("jobs"),
     ("apps/v1", "Deployment"): Resource("deployments"),
+    # read by name only: the controller of a verification pod (tritonllm.handlers.smoke)
+    ("apps/v1", "ReplicaSet"): Resource("replicasets"),
+    ("apps/v1", "StatefulSet"): Resource("statefulsets"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): Resource("leaderworkersets"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Resource("horizontalpodautoscalers"),
     ("policy/v1", "PodDisruptionBudget"): Resource("poddisruptionbudgets"),
@@ -219,11 +225,13 @@ class Kube:
         field_manager: str = c.FIELD_MANAGER,
         concurrency: int = DEFAULT_CONCURRENCY,
         timeout: float = 60.0,
+        throttled_retries: int = MAX_THROTTLED_RETRIES,
     ) -> None:
         self.credentials = credentials
         self.field_manager = field_manager
         self.concurrency = concurrency
         self.timeout = timeout
+        self.throttled_retries = throttled_retries  # 429s sent again, each after its Retry-After
         self._session: aiohttp.ClientSession | None = None
         self._slots: Slots | None = None
 
@@ -275,7 +283,7 @@ class Kube:
                     headers=headers,
                 ) as resp:
                     text = await resp.text()
-                    throttled = resp.status == 429 and retries < MAX_THROTTLED_RETRIES
+                    throttled = resp.status == 429 and retries < self.throttled_retries
                     if resp.status >= 400 and not throttled:
                         raise _error(resp.status, resp.reason or "", text)
                     if not throttled:
@@ -287,7 +295,7 @@ class Kube:
             API_THROTTLED.labels(verb, kind).inc()
             log.warning(
                 "API server throttled %s %s (429 Too Many Requests): sending it again in %.1f s "
-                "(retry %d of %d)", verb, kind, delay, retries, MAX_THROTTLED_RETRIES,
+                "(retry %d of %d)", verb, kind, delay, retries, self.throttled_retries,
             )
             await asyncio.sleep(delay)
 
@@ -332,14 +340,29 @@ class Kube:
             raise
 
     async def list_metadata(
-        self, api_version: str, kind: str, namespace: str | None
-    ) -> tuple[Sequence[dict[str, Any]], str]:
+        self, api_version: str, kind: str, namespace: str | None,
+        each: Callable[[dict[str, Any]], Any] = dict,
+    ) -> tuple[Sequence[Any], str]:
         """Every object of a kind (in a namespace, or everywhere), metadata only
-        (PartialObjectMetadataList), and the list's resourceVersion to watch from."""
-        path = path_for(api_version, kind, namespace)
-        out = await self._call("list", kind, "GET", path, accept=METADATA_LIST)
-        rv = str((out.get("metadata") or {}).get("resourceVersion") or "")
-        return out.get("items") or [], rv
+        (PartialObjectMetadataList), as `each` makes it, and the list's resourceVersion to watch
+        from. The answer is parsed an object at a time as it arrives (tritonllm.k8s.jsonlist),
+        never held whole: it holds what anyone put in the objects."""
+        API_CALLS.labels("list", kind).inc()
+        session, slots = self._open()
+        headers = {"Accept": METADATA_LIST}
+        auth = self.credentials.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        url = self.credentials.server + path_for(api_version, kind, namespace)
+        await slots.acquire(CONVERGE)
+        try:
+            async with session.get(url, headers=headers) as resp:
+                if resp.status >= 400:
+                    raise _error(resp.status, resp.reason or "", await resp.text())
+                items, meta = await list_items(resp.content.read, each)
+        finally:
+            slots.release()
+        return items, str(meta.get("resourceVersion") or "")
 
     async def watch_metadata(
         self, api_version: str, kind: str, namespace: str | None, resource_version: str,

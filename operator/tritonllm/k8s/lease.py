@@ -9,7 +9,13 @@ hands over in seconds instead (docs/operator.md has the measured figure):
         take it (an update at the resourceVersion read: two standbys cannot both win) ──►
     leader: start kopf (standalone: the Lease is the election), renew every duration / 3
         ──(no successful renew within 2/3 of the duration, or another holder)──► lost:
-        stop kopf and exit, so that a fresh start waits as a standby
+        cancel the passes in flight, stop kopf and exit, so that a fresh start waits as a standby
+
+The renew deadline holds whatever the API server does: it is counted from when the last
+successful write was sent, every renewal is cut at what is left of it, and the Lease's client
+sends no request again by itself (a 429 with Retry-After: 3, retried inside the call up to five
+times, once kept a replica acting for 17 s against a 4 s deadline while its standby could take
+over after 6 s). A failed renewal is tried again after `retry_every`, within the deadline.
 
 Expiry is judged the way client-go's leaderelection judges it: by how long the record has been
 seen unchanged on this replica's own monotonic clock, never by comparing the holder's
@@ -82,6 +88,7 @@ class LeaderLease:
         self.retry_every = min(1.0, duration / 6)
         self.clock = clock
         self._seen: tuple[str, float] | None = None  # (the record as last read, first seen at)
+        self._written_at: float | None = None  # when our last successful write was sent
         self.released = False  # given up on a clean stop: keep() ends without LeaseLost
 
     # --- deciding -------------------------------------------------------------------------------
@@ -120,6 +127,13 @@ class LeaderLease:
 
     async def try_acquire(self) -> bool:
         """One attempt: take the Lease if it is free or expired, renew it if it is ours."""
+        sent = self.clock()
+        if await self._try_acquire():
+            self._written_at = sent
+            return True
+        return False
+
+    async def _try_acquire(self) -> bool:
         lease = await self.kube.get(LEASE_API_VERSION, KIND, self.namespace, self.name)
         if lease is None:
             return await self.kube.create(self._object(None, self._spec(None))) is not None
@@ -139,33 +153,52 @@ class LeaderLease:
                 log.warning("Lease %s/%s: %s", self.namespace, self.name, said(exc))
             await asyncio.sleep(self.retry_every)
 
-    async def keep(self) -> None:
-        """Renew until the Lease is lost (raises LeaseLost) or released (returns)."""
-        renewed = self.clock()
+    async def keep(self, on_lost: Callable[[], None] | None = None) -> None:
+        """Renew until the Lease is lost (raises LeaseLost) or released (returns). `on_lost` is
+        called the moment the loss is decided, before this raises: it stops the replica's work
+        in flight (tritonllm.handlers.operator.lost) with no wait for the task around this."""
+        renewed = self._written_at if self._written_at is not None else self.clock()
+        wait = self.renew_every
         while True:
-            await asyncio.sleep(self.renew_every)
+            await asyncio.sleep(max(0.0, min(wait, renewed + self.renew_deadline - self.clock())))
             if self.released:
                 return
-            lease: dict[str, Any] | None = None
+            sent = self.clock()
+            if sent - renewed >= self.renew_deadline:
+                raise self._lost(f"Lease {self.namespace}/{self.name} not renewed for "
+                                 f"{sent - renewed:.1f} s (deadline {self.renew_deadline:.1f} s)",
+                                 on_lost)
+            written = False
             try:
-                lease = await self.kube.get(LEASE_API_VERSION, KIND, self.namespace, self.name)
-                holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
-                if lease is not None and holder not in (self.identity, "", None):
-                    raise LeaseLost(f"Lease {self.namespace}/{self.name} is held by {holder}")
-                new = self._object(lease, self._spec(lease))
-                written = await (self.kube.create(new) if lease is None
-                                 else self.kube.replace(new))
-                if written is not None:
-                    renewed = self.clock()
-                    continue
+                # cut at the deadline: a hanging or throttled API server cannot hold it past it
+                async with asyncio.timeout(renewed + self.renew_deadline - sent):
+                    written = await self._renew()
+            except LeaseLost as exc:
+                raise self._lost(str(exc), on_lost) from None
             except RETRIED as exc:
                 log.warning("could not renew Lease %s/%s: %s", self.namespace, self.name,
                             said(exc))
-            if self.clock() - renewed >= self.renew_deadline:
-                raise LeaseLost(
-                    f"Lease {self.namespace}/{self.name} not renewed for "
-                    f"{self.clock() - renewed:.1f} s (deadline {self.renew_deadline:.1f} s)"
-                )
+            if written:
+                renewed, wait = sent, self.renew_every
+                self._written_at = sent
+            else:  # tried again sooner, while the deadline allows
+                wait = min(self.retry_every, self.renew_every)
+
+    async def _renew(self) -> bool:
+        """One renewal: written, or not (a conflict); LeaseLost when another replica holds it."""
+        lease = await self.kube.get(LEASE_API_VERSION, KIND, self.namespace, self.name)
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        if lease is not None and holder not in (self.identity, "", None):
+            raise LeaseLost(f"Lease {self.namespace}/{self.name} is held by {holder}")
+        new = self._object(lease, self._spec(lease))
+        written = await (self.kube.create(new) if lease is None else self.kube.replace(new))
+        return written is not None
+
+    def _lost(self, why: str, on_lost: Callable[[], None] | None) -> LeaseLost:
+        log.warning("%s: this replica stops acting", why)
+        if on_lost is not None:
+            on_lost()
+        return LeaseLost(why)
 
     async def release(self) -> None:
         """Give the Lease up (a clean stop): the standby takes over at its next try."""
@@ -181,6 +214,14 @@ class LeaderLease:
         except RETRIED as exc:
             log.warning("could not release Lease %s/%s: %s", self.namespace, self.name,
                         said(exc))
+
+
+def lease_client(kubeconfig: str | None, duration: float) -> Kube:
+    """The Lease's own API client: two requests at most, each cut at a third of the duration,
+    and a 429 returned at once rather than sent again after its Retry-After (keep() tries again
+    itself, within the renew deadline)."""
+    return Kube.from_kubeconfig(kubeconfig, concurrency=2, timeout=duration / 3,
+                                throttled_retries=0)
 
 
 def said(exc: BaseException) -> str:

@@ -7,8 +7,9 @@ those watches do not show, the executor must know whether the name is free or ta
 else's object (tritonllm.handlers.execute: nothing a user already had is overwritten). Reading
 the name once per child (a GET) was a quarter of the API requests of a converging deployment;
 this index answers from one list and one watch per kind and namespace instead, with only what
-the ownership check reads (uid, the managed-by label, owner references) kept per object: the API
-server sends metadata only (PartialObjectMetadata), no spec, data or status.
+the ownership check reads (uid, the managed-by label, one owner reference) kept per object: the
+API server sends metadata only (PartialObjectMetadata), no spec, data or status, and an object
+with thousands of labels or owner references costs the index no more than any other.
 
 A kind whose list fails (not served by this cluster, not allowed) or whose watch broke is
 "unknown" until it is listed again: the executor then reads the name as before (a GET). Secrets
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -61,8 +63,8 @@ class MetadataSource(Protocol):
     """What the index reads (tritonllm.k8s.client.Kube)."""
 
     async def list_metadata(
-        self, api_version: str, kind: str, namespace: str | None
-    ) -> tuple[Sequence[Obj], str]: ...
+        self, api_version: str, kind: str, namespace: str | None, each: Callable[[Obj], Any]
+    ) -> tuple[Sequence[Any], str]: ...
 
     def watch_metadata(
         self, api_version: str, kind: str, namespace: str | None, resource_version: str
@@ -70,18 +72,35 @@ class MetadataSource(Protocol):
 
 
 def slim(obj: Mapping[str, Any]) -> Obj:
-    """What the ownership check reads of an object (tritonllm.plan.ownership), nothing else."""
+    """What the ownership check reads of an object (tritonllm.plan.ownership), nothing else: its
+    uid, the managed-by label and one owner reference (the controller, else the first: the
+    conflict message names it). The index holds every object of its kinds, anyone's, so however
+    many labels or owners one carries, this is all that is kept of it."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    kept: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace"),
+    kept: Obj = {"name": meta.get("name"), "namespace": _intern(meta.get("namespace")),
                  "uid": meta.get("uid")}
     if c.LABEL_MANAGED_BY in labels:
-        kept["labels"] = {c.LABEL_MANAGED_BY: labels[c.LABEL_MANAGED_BY]}
-    refs = [{k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller") if k in r}
-            for r in meta.get("ownerReferences") or []]
-    if refs:
-        kept["ownerReferences"] = refs
-    return {"kind": obj.get("kind"), "metadata": kept}
+        kept["labels"] = {c.LABEL_MANAGED_BY: _intern(labels[c.LABEL_MANAGED_BY])}
+    owner = _one_owner(meta.get("ownerReferences"))
+    if owner is not None:
+        kept["ownerReferences"] = [owner]
+    return {"kind": _intern(obj.get("kind")), "metadata": kept}
+
+
+def _one_owner(refs: Any) -> Obj | None:
+    """The controller reference (the API server allows one), else the first; its identity."""
+    refs = [r for r in refs or () if isinstance(r, Mapping)]
+    ref = next((r for r in refs if r.get("controller") is True), refs[0] if refs else None)
+    if ref is None:
+        return None
+    return {k: _intern(ref[k]) if k in ("apiVersion", "kind") else ref[k]
+            for k in ("apiVersion", "kind", "name", "uid", "controller") if k in ref}
+
+
+def _intern(text: Any) -> Any:
+    """One copy of a string every object repeats (a namespace, a kind)."""
+    return sys.intern(text) if isinstance(text, str) else text
 
 
 class TakenNames:
@@ -175,13 +194,15 @@ class TakenNames:
             await asyncio.sleep(delay)
 
     async def _list(self, api_version: str, kind: str, scope: str | None) -> str:
-        items, rv = await self._source.list_metadata(api_version, kind, scope)
+        # each object reduced to what is kept of it as soon as it is read, not the list whole
+        kept, rv = await self._source.list_metadata(
+            api_version, kind, scope, lambda item: self._keep({**item, "kind": kind}))
         objects = self._objects[kind]
-        listed = {self._key(kind, item) for item in items}
+        listed = {self._key(kind, item) for item in kept}
         for key in [k for k in objects if (scope is None or k[1] == scope) and k not in listed]:
             self._drop(kind, key)
-        for item in items:
-            self._put(kind, item)
+        for item in kept:
+            self._file(kind, item)
         self._synced.add((kind, scope))
         self._settled.add((kind, scope))
         return rv
@@ -200,8 +221,12 @@ class TakenNames:
         return rv
 
     def _put(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key = self._key(kind, obj)
-        kept = self._objects[kind][key] = self._keep({**obj, "kind": kind})
+        self._file(kind, self._keep({**obj, "kind": kind}))
+
+    def _file(self, kind: str, kept: Obj) -> None:
+        """What is kept of an object: by name, and in every view."""
+        key = self._key(kind, kept)
+        self._objects[kind][key] = kept
         for view in self._indexes[kind]:
             view.put(key, kept)
 

@@ -21,6 +21,7 @@ from tritonllm.api import constants as c
 from tritonllm.api import reasons as r
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.engine import EngineFailure, TritonLLMEngineStatus
+from tritonllm.api.status import EngineAnchor
 from tritonllm.render import ObjectRef, Rendered
 from tritonllm.render.engine import engine_record
 
@@ -51,6 +52,58 @@ def is_cache_hit(status: TritonLLMEngineStatus, uid: str) -> bool:
     return status.state == "Ready" and status.builtFor not in (None, uid)
 
 
+def accepted_digest(body: Obj) -> str | None:
+    """The engine digest the deployment's owner accepted in place of the anchored one."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(c.ANNOTATION_ACCEPT_ENGINE_DIGEST) or None
+
+
+def anchored(body: Obj, key: str) -> EngineAnchor | None:
+    """status.engineAnchor of the deployment `body`, when it is this engine key's."""
+    raw = (body.get("status") or {}).get("engineAnchor")
+    try:
+        anchor = EngineAnchor.model_validate(raw) if isinstance(raw, dict) else None
+    except ValueError:  # only the operator writes it; unreadable, it anchors nothing
+        return None
+    return anchor if anchor is not None and anchor.key == key else None
+
+
+def engine_anchor(body: Obj, key: str, record: TritonLLMEngineStatus) -> EngineAnchor | None:
+    """The digests the serving pods check the store against: the ones the deployment's status
+    anchored for this engine key, taken from the record the first time it is Ready with a
+    digest. A recreated record's other digest replaces them only when the deployment's owner
+    accepts it by name (the annotation): deleting the record must not re-anchor what a pod that
+    can write the store left there."""
+    anchor = anchored(body, key)
+    digest = record.digest if record.state == "Ready" else None
+    if digest and (anchor is None or (digest != anchor.digest
+                                      and digest == accepted_digest(body))):
+        return EngineAnchor(key=key, digest=digest, fingerprintDigest=record.fingerprintDigest)
+    return anchor
+
+
+def digest_changed(
+    rendered: Rendered, record: TritonLLMEngineStatus, anchor: EngineAnchor | None
+) -> Cond | None:
+    """Degraded when the Ready record names another digest than the anchored one."""
+    if anchor is None or record.state != "Ready" or record.digest == anchor.digest:
+        return None
+    now = record.digest or "no digest"
+    accept = (f"annotate the deployment {c.ANNOTATION_ACCEPT_ENGINE_DIGEST}={now}"
+              if record.digest else "rebuild it with a build that reports its digest")
+    return Cond(
+        c.COND_DEGRADED, "True", r.ENGINE_DIGEST_CHANGED,
+        f"TritonLLMEngine {rendered.engine_key} now records engine digest {now}, not "
+        f"{anchor.digest}, which this deployment anchored when the engine was first recorded "
+        "(status.engineAnchor): the record was recreated and its build re-read the store at "
+        f"{rendered.engine_dir}. Nothing new is rolled out and the serving pods still check the "
+        f"store against {anchor.digest} (a changed engine is refused). If the engine on the "
+        f"store is the one to serve (rebuilt on purpose), {accept}; otherwise delete the "
+        "TritonLLMEngine and the engine directory to rebuild it, then accept the digest its "
+        "build reports",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineStep:
     """Where the engine stands after this step."""
@@ -61,6 +114,10 @@ class EngineStep:
     # The rendered launch plan carries the digest the record holds (False in the pass that
     # records it: the repository waits one pass, so that its plan names the digest).
     digest_rendered: bool = True
+    # The digests anchored in the deployment's status (engine_anchor), and Degraded when the
+    # record names others (digest_changed): the pass then changes nothing that serves.
+    anchor: EngineAnchor | None = None
+    digest_changed: Cond | None = None
 
     @property
     def ready(self) -> bool:
@@ -88,6 +145,7 @@ def engine_step(
     *,
     uid: str,
     blocked: bool,
+    body: Obj,
 ) -> EngineStep:
     """Engine record and build Job decisions."""
     if obs.engine is None and not blocked:
@@ -102,12 +160,15 @@ def engine_step(
         p.engine_status = status.to_wire()
     stall = obs.build_stall if status.state == "Building" else None
     rendered_digest = (rendered.launch_plan.get("engineDigest") or {}).get("engine")
-    digest_rendered = rendered_digest == status.digest or dep.spec.runtime != "engine"
+    anchor = engine_anchor(body, rendered.engine_key, status)
+    expected = anchor.digest if anchor is not None else status.digest
+    digest_rendered = rendered_digest == expected or dep.spec.runtime != "engine"
     if status.state == "Ready" and not digest_rendered:
         p.requeue(MIN_REQUEUE_SECONDS)  # the record's write brings a reconcile first, usually
     cached = is_cache_hit(status, uid)
     condition = _condition(dep, rendered, status, cached=cached, blocked=blocked, stall=stall)
-    return EngineStep(status, condition, cached, digest_rendered)
+    return EngineStep(status, condition, cached, digest_rendered, anchor,
+                      digest_changed(rendered, status, anchor))
 
 
 def _what(dep: TritonLLMDeployment) -> str:

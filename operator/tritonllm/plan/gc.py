@@ -17,8 +17,8 @@ from .writes import Decision
 
 def optional_refs(dep: TritonLLMDeployment) -> list[ObjectRef]:
     """Every child a spec may switch off: HPA, ScaledObject, PDB,
-    NetworkPolicy, PodMonitor, and the scale-to-zero activator's ConfigMap, backend Service and
-    Deployment."""
+    NetworkPolicy, PodMonitor, and the scale-to-zero activator's ConfigMap, backend Service,
+    NetworkPolicy and Deployment."""
     ns, name = dep.namespace, naming.serving_name(dep)
     activator, backend = autoscaling.activator_name(dep), autoscaling.backend_service_name(dep)
     return [
@@ -29,6 +29,7 @@ def optional_refs(dep: TritonLLMDeployment) -> list[ObjectRef]:
         ObjectRef(autoscaling.POD_MONITOR_API_VERSION, "PodMonitor", ns, name),
         ObjectRef("v1", "ConfigMap", ns, activator),
         ObjectRef("v1", "Service", ns, backend),
+        ObjectRef("networking.k8s.io/v1", "NetworkPolicy", ns, activator),
         ObjectRef("apps/v1", "Deployment", ns, activator),
     ]
 

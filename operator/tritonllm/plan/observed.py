@@ -227,6 +227,26 @@ def serving_failure(pod: Obj) -> str | None:
     return None
 
 
+def failure_state(pod: Obj) -> tuple[Any, ...]:
+    """What `serving_failure` reads of a pod, but for the termination messages: its uid, role
+    and deletion, and each container's restart count and ended runs (code, end). Its answer
+    changes only with this, so the watch's handler redacts a pod's message once per run that
+    ended (per restart), not on every event of the pod (a readiness flip, a condition)."""
+    meta = pod["metadata"]
+
+    def ended(term: Any) -> tuple[Any, ...] | None:
+        return (term.get("exitCode"), term.get("finishedAt")) if term else None
+
+    return (
+        meta.get("uid"), (meta.get("labels") or {}).get(c.LABEL_COMPONENT),
+        meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds"),
+        tuple((cs.get("name"), cs.get("restartCount"),
+               ended((cs.get("state") or {}).get("terminated")),
+               ended((cs.get("lastState") or {}).get("terminated")))
+              for cs in (pod.get("status") or {}).get("containerStatuses") or []),
+    )
+
+
 def _deletion_began(meta: Obj) -> dt.datetime | None:
     """When the pod's deletion was asked (its deletionTimestamp less the grace period); None
     when it is not being deleted."""

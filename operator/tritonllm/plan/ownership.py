@@ -38,6 +38,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.engine import TritonLLMEngineStatus
+from tritonllm.api.topology import DEPLOYMENT, LEADER_WORKER_SET
 from tritonllm.render import ObjectRef
 
 from .observed import Observed
@@ -77,6 +78,30 @@ def shared_controller(live: Mapping[str, Any] | None) -> tuple[str, str] | None:
         if ref.get("controller") is True and ref.get("kind") == c.KIND and ref.get("uid"):
             return str(ref.get("name", "")), str(ref["uid"])
     return None
+
+
+def pod_workloads(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The workloads (kind, name) that may have made a pod, read from its controller reference
+    by the names their controllers give: a Deployment's ReplicaSet is `<workload>-<its
+    pod-template-hash>`, a LeaderWorkerSet's StatefulSets are `<workload>` (the leaders) and
+    `<workload>-<group>` (a group's workers). [] for a pod no such controller made. Whether one
+    is a deployment's own is checked against the watch (`shared_controller`): a pod that only
+    carries our labels names no workload of ours."""
+    meta = pod.get("metadata") or {}
+    ref: Mapping[str, Any] = next(
+        (r for r in meta.get("ownerReferences") or [] if r.get("controller") is True), {})
+    name = str(ref.get("name") or "")
+    if not name or not str(ref.get("apiVersion", "")).startswith("apps/"):
+        return []
+    if ref.get("kind") == "ReplicaSet":
+        suffix = "-" + str((meta.get("labels") or {}).get("pod-template-hash") or "")
+        ok = len(suffix) > 1 and name.endswith(suffix)
+        return [(DEPLOYMENT, name[: -len(suffix)])] if ok else []
+    if ref.get("kind") == "StatefulSet":
+        head, _, group = name.rpartition("-")
+        groups = [(LEADER_WORKER_SET, head)] if head and group.isdigit() else []
+        return [(LEADER_WORKER_SET, name), *groups]
+    return []
 
 
 def recorded_uids(engine: Mapping[str, Any] | None) -> frozenset[str]:

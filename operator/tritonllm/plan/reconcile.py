@@ -88,7 +88,8 @@ def plan(body: Obj, dep: TritonLLMDeployment, rendered: Rendered, obs: Observed)
     # 1-2. the store and the prerequisites
     blocked = prerequisites_step(p, dep, rendered, obs)
     # 3. the engine
-    engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None)
+    engine = engine_step(p, dep, rendered, obs, uid=uid, blocked=blocked is not None, body=body)
+    blocked = blocked or engine.digest_changed  # the record's digest is not the anchored one
     # 4. the repository
     repo = repository_step(
         p, dep, rendered, obs, engine_ready=engine.usable, blocked=blocked is not None,

@@ -48,8 +48,8 @@ def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
         return f"answered in {answer.seconds:.1f} s, above maxLatencySeconds " \
                f"{request.maxLatencySeconds:g}"
     text = answer.text
-    if text is None:
-        return "the answer has no text_output"
+    if text is None:  # why, when the handlers could tell (not JSON, too large)
+        return answer.error[:ANSWER_QUOTE] or "the answer has no text_output"
     if request.expectExact is not None:
         return None if text == request.expectExact else \
             f"answered {text[:ANSWER_QUOTE]!r}, expected exactly {request.expectExact!r}"

@@ -196,6 +196,8 @@ def status_fields(
         "fit": fit_status(dep.spec, auto=asked_auto(body)),
         **phase_fields(body, rendered, obs, engine_cached=current.cached, rollout=rollout),
     }
+    if engine.anchor is not None:
+        fields["engineAnchor"] = engine.anchor
     served = workload.engine_key
     # A label that is not an engine key (not written by us) names no engine.
     if served and served != rendered.engine_key and is_engine_key(served):

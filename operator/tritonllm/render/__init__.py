@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
+from tritonllm.api.settings import OperatorSettings
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
 from . import autoscaling, jobs, naming, plans, serving, store
@@ -31,10 +32,15 @@ __all__ = [
 MAX_OBJECT_BYTES = 1 << 20
 
 
-def validate(dep: TritonLLMDeployment) -> list[FieldError]:
+def validate(dep: TritonLLMDeployment, settings: OperatorSettings | None = None
+             ) -> list[FieldError]:
     """Problems only the renderers can see (on top of parse_deployment's): fields whose values
-    depend on the image's template set, such as serving.extraParameters."""
-    return extra_parameter_problems(dep)
+    depend on the image's template set, such as serving.extraParameters; with the operator's
+    settings, also what they forbid (a Prometheus not on their allow-list)."""
+    problems = extra_parameter_problems(dep)
+    if settings is not None:
+        problems += autoscaling.prometheus_url_problems(dep, settings)
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +63,8 @@ class Rendered:
     workload: Manifest  # Deployment or LeaderWorkerSet
     autoscaler: Manifest | None  # HorizontalPodAutoscaler (autoscaling.autoscaler HPA)
     scaled_object: Manifest | None  # KEDA ScaledObject (autoscaling.autoscaler KEDA)
-    # Scale to zero: the activator's ConfigMap, backend Service and Deployment (else empty).
+    # Scale to zero: the activator's ConfigMap, backend Service, NetworkPolicy (with
+    # networkPolicy.enabled) and Deployment (else empty).
     activator: tuple[Manifest, ...]
     pod_monitor: Manifest | None  # when the cluster serves the Prometheus operator's PodMonitor
     disruption_budget: Manifest | None  # PodDisruptionBudget

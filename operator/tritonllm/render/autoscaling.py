@@ -16,8 +16,9 @@ activator's pods instead of the serving pods. The activator is HAProxy (a real p
 rendered here): it forwards to the ``<name>-backend`` Service of the serving pods and, while that
 Service has no ready endpoint (zero replicas, or the first one still loading), retries the
 connection once a second for up to ACTIVATOR_HOLD_SECONDS, so requests wait instead of failing.
-Its Prometheus exporter reports the requests it holds; KEDA's second trigger reads them, so the
-first request activates the deployment. Why HAProxy and not Knative's activator:
+Its pods admit the clients the serving pods admit (the same sources, render.network). Its
+Prometheus exporter reports the requests it holds; KEDA's second trigger reads them, so the first
+request activates the deployment. Why HAProxy and not Knative's activator:
 docs/autoscaling.md.
 """
 
@@ -27,9 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.deployment import FieldError, TritonLLMDeployment
+from tritonllm.api.settings import OperatorSettings
 
-from . import naming
+from . import naming, network
 from .pod import RenderOptions, metadata, pull_secrets, store_placement
 
 # Pods metrics (custom.metrics.k8s.io, served by prometheus-adapter with the chart's rules) the HPA
@@ -162,7 +164,7 @@ def scaled_object(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, An
     a = dep.spec.autoscaling
     if a is None or a.autoscaler != "KEDA":
         return None
-    server = a.prometheusUrl or opts.prometheus_url or ""
+    server = a.prometheusUrl or opts.settings.prometheus_url or ""
 
     def trigger(name: str, query: str, threshold: str) -> dict[str, Any]:
         return {
@@ -202,6 +204,25 @@ def lacks_prometheus(scaled: Mapping[str, Any] | None) -> bool:
     """Whether a rendered ScaledObject has no Prometheus to query (neither the CR nor the
     operator's settings named one)."""
     return scaled is not None and not scaled["spec"]["triggers"][0]["metadata"]["serverAddress"]
+
+
+def prometheus_url_problems(dep: TritonLLMDeployment,
+                            settings: OperatorSettings) -> list[FieldError]:
+    """A KEDA deployment's own Prometheus must be one the operator's settings allow: KEDA
+    queries it from its own pod, with its own network reach."""
+    a = dep.spec.autoscaling
+    if a is None or a.autoscaler != "KEDA" or not a.prometheusUrl:
+        return []
+    if settings.allows_prometheus_url(a.prometheusUrl):
+        return []
+    allowed = ", ".join([*settings.prometheus_url_allowed,
+                         *([settings.prometheus_url] if settings.prometheus_url else [])])
+    return [FieldError(
+        "spec.autoscaling.prometheusUrl",
+        f"{a.prometheusUrl} is not a Prometheus this operator allows (allowed: "
+        f"{allowed or 'none'}): leave it unset to use the operator's own, or ask the "
+        "operator's administrator to add it to settings.prometheusUrlAllowed "
+        "(TRITONLLM_PROMETHEUS_URL_ALLOWED)")]
 
 
 def pod_monitor(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any] | None:
@@ -264,7 +285,12 @@ def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
         "  timeout server 1h",
         "  timeout http-keep-alive 5s",
         f"  retries {ACTIVATOR_HOLD_SECONDS}",
-        "  retry-on conn-failure empty-response",
+        # Only a connection that never opened is retried: the request was not sent, so no
+        # backend saw it. A closed or timed-out answer (empty-response, response-timeout,
+        # junk-response, a status) means a backend had the prompt, maybe the one that crashed
+        # it; sending it again could crash the next replica, and this for up to
+        # ACTIVATOR_HOLD_SECONDS. (0rtt-rejected needs TLS early data; the backend is plain.)
+        "  retry-on conn-failure",
         "  default-server resolvers cluster init-addr last,libc,none",
         "frontend http",
         f"  bind :{c.HTTP_PORT}",
@@ -284,9 +310,33 @@ def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
     ])
 
 
+def activator_network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+    """Ingress to the activator's pods from the sources the serving pods admit: at zero the
+    deployment's Service selects them, so without it every pod of the cluster would reach the
+    model through them. The stats port too, like the serving pods' metrics port: Prometheus
+    reads the held requests there, which is what activates the deployment."""
+    if not scales_to_zero(dep) or not dep.spec.networkPolicy.enabled:
+        return None
+    ports = (c.HTTP_PORT, c.GRPC_PORT, ACTIVATOR_STATS_PORT)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(dep, activator_name(dep),
+                             naming.base_labels(dep, COMPONENT_ACTIVATOR)),
+        "spec": {
+            "podSelector": {"matchLabels": activator_labels(dep)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": network.sources(dep),
+                "ports": [{"protocol": "TCP", "port": p} for p in ports],
+            }],
+        },
+    }
+
+
 def activator_objects(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dict[str, Any]]:
-    """ConfigMap, Deployment and the backend Service of the activator; none unless the
-    deployment scales to zero."""
+    """ConfigMap, backend Service, NetworkPolicy and Deployment of the activator (the policy
+    before the pods it admits to); none unless the deployment scales to zero."""
     if not scales_to_zero(dep):
         return []
     name = activator_name(dep)
@@ -323,7 +373,8 @@ def activator_objects(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dic
             ],
         },
     }
-    return [configmap, backend, workload]
+    policy = activator_network_policy(dep)
+    return [configmap, backend, *([policy] if policy else []), workload]
 
 
 def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[str, str],
@@ -357,7 +408,7 @@ def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[s
             "terminationGracePeriodSeconds": 60,
             "containers": [{
                 "name": "haproxy",
-                "image": opts.activator_image,
+                "image": opts.settings.activator_image,
                 "args": ["-W", "-db", "-f", f"/etc/haproxy/{ACTIVATOR_CONFIG_KEY}"],
                 "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in ports],
                 "readinessProbe": {

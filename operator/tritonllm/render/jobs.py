@@ -244,7 +244,7 @@ def repository_job(
     items = [{"key": configmap_key(p), "path": p} for p in repo_paths]
     container = {
         "name": "repository",
-        "image": opts.tools_image,
+        "image": opts.settings.tools_image,
         "command": ["tritonllm", "build", "--plan", f"{c.PLAN_MOUNT}/{REPOSITORY_PLAN_KEY}"],
         "volumeMounts": _repository_mounts(dep, repo_key),
         "resources": copy.deepcopy(REPOSITORY_RESOURCES),
@@ -321,7 +321,7 @@ def engine_cleanup_job(dep: TritonLLMDeployment, key: str, opts: RenderOptions) 
     writable = [f"{c.STORE_MOUNT}/engines", f"{c.STORE_MOUNT}/checkpoints"]
     container = {
         "name": "cleanup",
-        "image": opts.tools_image,
+        "image": opts.settings.tools_image,
         "command": ["sh", "-c", CLEANUP_SCRIPT, "engine-cleanup", key],
         "volumeMounts": [m for m in store_mounts(dep, read_only=True, writable=writable)
                          if m["name"] == STORE_VOLUME],

@@ -18,6 +18,7 @@ from typing import Any
 
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
+from tritonllm.api.settings import OperatorSettings
 
 from . import naming
 
@@ -36,28 +37,21 @@ PYZ_IN_TOOLS_IMAGE = "/usr/local/share/tritonllm/tritonllm.pyz"
 
 @dataclasses.dataclass(frozen=True)
 class RenderOptions:
-    """Facts and settings from outside the CR that shape rendered objects."""
+    """What shapes rendered objects from outside the CR: the operator's settings, whole (each
+    setting is declared once, in OperatorSettings), and the facts one pass observed."""
 
-    # Image that carries tritonllm (the operator image): it copies the in-pod entry points
-    # into the Triton container and runs the model-repository step.
-    tools_image: str = "ghcr.io/tritonllm/tritonllm:0.1.0"
+    # The tools image, the activator image, the default Prometheus, the operator's namespace...
+    settings: OperatorSettings = dataclasses.field(default_factory=OperatorSettings)
     # The engine is already on the store (observed by the operator): pods start faster.
     engine_cached: bool = False
     # Live replica count to keep when an autoscaler owns it (None: leave the field out).
     observed_replicas: int | None = None
-    # Prometheus that KEDA's triggers query when the CR names none (TRITONLLM_PROMETHEUS_URL).
-    prometheus_url: str | None = None
     # The cluster serves monitoring.coreos.com/v1 PodMonitor (a Prometheus operator's CRDs).
     pod_monitors: bool = False
-    # HAProxy image of the scale-to-zero activator (TRITONLLM_ACTIVATOR_IMAGE).
-    activator_image: str = "docker.io/library/haproxy:3.2"
     # The engine digests its build reported (the TritonLLMEngine's status.digest and
     # fingerprintDigest): the launch plan carries them, serving pods refuse another engine.
     engine_digest: str | None = None
     engine_fingerprints: str | None = None
-    # The operator's own namespace (TRITONLLM_OPERATOR_NAMESPACE): its smoke requests of a
-    # verified rollout reach the serving pods' HTTP port from there.
-    operator_namespace: str = ""
 
 
 def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:
@@ -192,7 +186,7 @@ def tools_init_container(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[
     """Copies tritonllm's zipapp into the pod; the Triton image runs it with its own python3."""
     return {
         "name": "tritonllm-tools",
-        "image": opts.tools_image,
+        "image": opts.settings.tools_image,
         "command": ["cp", PYZ_IN_TOOLS_IMAGE, PYZ],
         "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": c.TOOLS_MOUNT}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},

@@ -20,7 +20,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
-from . import autoscaling, naming
+from . import autoscaling, naming, network
 from .jobs import configmap_key
 from .plans import LAUNCH_PLAN_KEY
 from .pod import (
@@ -362,39 +362,17 @@ def network_policy(
     serving pods (sshd, and the ports MPI and NCCL pick at run time, in both directions: the
     workers' orted and NCCL connect back to the leader), which share one SSH key pair. Nothing
     else reaches them, so a worker's sshd is closed to every other pod. With a verified
-    rollout, the operator's namespace reaches the HTTP port (its smoke requests)."""
+    rollout, the operator's pods reach the HTTP port (its smoke requests)."""
     opts = opts or RenderOptions()
     np = dep.spec.networkPolicy
     if not np.enabled:
         return None
-    sources: list[dict[str, Any]] = [{"podSelector": {}}]
-    if np.fromNamespaces:
-        sources.append(
-            {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "In",
-                            "values": list(np.fromNamespaces),
-                        }
-                    ]
-                }
-            }
-        )
-    sources += [{"ipBlock": {"cidr": cidr}} for cidr in np.fromCidrs]
+    sources = network.sources(dep)  # the activator's pods admit the same (scale to zero)
     ports = [
         {"protocol": "TCP", "port": port}
         for port in (c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT)
     ]
-    ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}]
-    smoke_from = opts.operator_namespace
-    if dep.spec.rollout.strategy == "Verified" and smoke_from and smoke_from != dep.namespace:
-        ingress.append({  # the operator's smoke requests (spec.rollout)
-            "from": [{"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": smoke_from}}}],
-            "ports": [{"protocol": "TCP", "port": c.HTTP_PORT}],
-        })
+    ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}, *_smoke_ingress(dep, opts)]
     if dep.spec.topology.multi_node:
         ingress.append({"from": [{"podSelector": group_selector(dep)}]})
     return {
@@ -407,6 +385,22 @@ def network_policy(
             "ingress": ingress,
         },
     }
+
+
+def _smoke_ingress(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dict[str, Any]]:
+    """The operator's smoke requests of a verified rollout: from the operator's own pods (the
+    chart's labels) in its namespace, to the HTTP port. None when the operator runs outside the
+    cluster (no namespace; it calls from a node) or in the deployment's namespace, whose pods
+    the first rule admits already."""
+    home = opts.settings.operator_namespace
+    if dep.spec.rollout.strategy != "Verified" or not home or home == dep.namespace:
+        return []
+    operator_pods = {c.LABEL_NAME: c.APP_NAME, c.LABEL_COMPONENT: c.COMPONENT_OPERATOR}
+    return [{
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": home}},
+                  "podSelector": {"matchLabels": operator_pods}}],
+        "ports": [{"protocol": "TCP", "port": c.HTTP_PORT}],
+    }]
 
 
 def pod_disruption_budget(dep: TritonLLMDeployment) -> dict[str, Any] | None:

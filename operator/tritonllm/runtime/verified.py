@@ -210,10 +210,11 @@ def check_reported(engine_dir: Path, artifact: dict[str, Any], expected: dict[st
             EXIT_TAMPERED,
             f"engine digest mismatch: the engine in {engine_dir} is not the one its build "
             f"reported to the operator (artifact.json lists files of digest {found[:23]}, the "
-            f"build reported {want[:23]}, recorded in TritonLLMEngine "
-            f"{artifact.get('engineKey')} status.digest): the store was changed after the "
+            f"build reported {want[:23]}, anchored in the deployment's status.engineAnchor "
+            f"for engine {artifact.get('engineKey')}): the store was changed after the "
             "build; refusing to serve it; delete the TritonLLMEngine (kubectl delete tllme) and "
-            f"the directory {engine_dir}, so that the operator builds it again",
+            f"the directory {engine_dir}, so that the operator builds it again, then accept the "
+            "digest the build reports (the deployment's Degraded condition names it)",
         )
 
 
