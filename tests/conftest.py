@@ -6,13 +6,14 @@ runs, so that a cold build (tens of minutes) does not count against a test's tim
 skip for lack of binaries: they build them.
 
 ``TRITONLLM_TEST_CLUSTER`` picks the cluster name (default ``pytest``). A cluster that already
-runs under that name is reused and left running; one started here is stopped at session end, and
-the teardown checks that nothing of it is left on the host (processes, mounts, cgroups, the
-bridge, veths, iptables rules). With workers (``pytest -n``, as `scripts/test` runs), the first
-worker that needs the cluster starts it and the controlling process stops and checks it once
-every worker is done; tests/lanes.py says which tests run side by side and which take the
-cluster for themselves. The cluster has a real node (kubelet + containerd) beside the
-kwok nodes; ``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests then fail).
+runs under that name is reused and left running; one started here is stopped at session end
+unless another run (a second `pytest` command) still uses it, and the teardown checks that
+nothing of it is left on the host (processes, mounts, cgroups, the bridge, veths, iptables
+rules). With workers (``pytest -n``, as `scripts/test` runs), the first worker that needs the
+cluster starts it and the controlling process stops and checks it once every worker is done;
+tests/lanes.py says which tests run side by side and which take the cluster for themselves.
+The cluster has a real node (kubelet + containerd) beside the kwok nodes;
+``TRITONLLM_TEST_REAL_NODE=0`` leaves it out (the real-node tests then fail).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ OWNER = LOCKS / "started-by"
 #: The run's id, set by the controlling process and inherited by its workers.
 RUN_ENV = "TRITONLLM_TEST_RUN"
 _cluster_lock = lanes.ClusterLock(LOCKS)
+_users = lanes.ClusterUsers(LOCKS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -149,25 +151,33 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
         # once every worker is done (pytest_sessionfinish below).
         said = "waits for another worker to start the cluster"
         with lanes.file_lock(LOCKS / "start.lock", lambda: _say(request.config, said)):
+            _users.join()
             if not instance.is_running():
                 instance.up()
                 OWNER.write_text(os.environ.get(RUN_ENV, ""))
         yield instance
         return
-    started = not instance.is_running()
-    previous = signal.getsignal(signal.SIGTERM)
-    if started:
-        # The cluster runs in its own sessions, so a CI runner killing pytest's process group
-        # would leave it behind: turn SIGTERM into KeyboardInterrupt so the teardown below runs.
-        signal.signal(signal.SIGTERM, _interrupt)
-        instance.up()
+    # Another run (a second `pytest` command) may be starting or stopping the same cluster.
+    said = "waits for another run to start or stop the cluster"
+    with lanes.file_lock(LOCKS / "start.lock", lambda: _say(request.config, said)):
+        _users.join()
+        started = not instance.is_running()
+        previous = signal.getsignal(signal.SIGTERM)
+        if started:
+            # The cluster runs in its own sessions, so a CI runner killing pytest's process
+            # group would leave it behind: turn SIGTERM into KeyboardInterrupt so the teardown
+            # below runs.
+            signal.signal(signal.SIGTERM, _interrupt)
+            instance.up()
     try:
         yield instance
     finally:
         if started:
-            problems = _stop_and_check(instance)
+            with lanes.file_lock(LOCKS / "start.lock"):
+                problems = _stop_and_check(instance) if _users.alone() else []
             signal.signal(signal.SIGTERM, previous)
             assert not problems, "\n".join(problems)
+        _users.leave()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -185,7 +195,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not OWNER.is_file() or OWNER.read_text() != os.environ.get(RUN_ENV):
         return
     OWNER.unlink()
-    problems = _stop_and_check(_instance())
+    with lanes.file_lock(LOCKS / "start.lock"):  # left running while another run uses it
+        problems = _stop_and_check(_instance()) if _users.alone() else []
     if problems:
         reporter = session.config.pluginmanager.getplugin("terminalreporter")
         for line in problems:

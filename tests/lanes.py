@@ -180,6 +180,39 @@ class ClusterLock:
         self.mode = None
 
 
+class ClusterUsers:
+    """The pytest runs that use one cluster: each holds a shared flock on ``users.lock`` from its
+    first cluster test to its end. The run that started the cluster stops it at its end only if
+    no other run uses it (``alone``); independent runs (several ``pytest`` commands at once) then
+    never stop a cluster under each other's tests."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._path = directory / "users.lock"
+        self._file: IO[bytes] | None = None
+
+    def join(self) -> None:
+        if self._file is None:
+            self._file = open(self._path, "ab")  # noqa: SIM115 - held for the session
+            fcntl.flock(self._file, fcntl.LOCK_SH)
+
+    def alone(self) -> bool:
+        """No other run uses the cluster now (this one's own use ends here)."""
+        self.leave()
+        with open(self._path, "ab") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    def leave(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file releases its flock
+            self._file = None
+
+
 def lock_mode(item: pytest.Item | None) -> str | None:
     if item is None or not needs_cluster(item):
         return None

@@ -357,9 +357,9 @@ def test_operator_service_account_cannot_mint_a_token(
         # The API server loads a new policy from its watch: enforced within moments.
         wait_for(lambda: kubectl_as(kubeconfig, "create", "--dry-run=server", "-f", "-",
                                     input=minted).returncode != 0, timeout=30,
-                 what="the admission policy enforced" + cluster.kubectl(
+                 what="the token Secret refused (policy status: " + cluster.kubectl(
                      "get", "validatingadmissionpolicy", f"{release}-tritonllm-operator",
-                     "-o", "jsonpath={.status}").stdout)
+                     "-o", "jsonpath={.status}", check=False).stdout + ")")
         attempts = [*escalations(namespace), (None, "only objects labelled")]
         for obj, says in attempts:
             if obj is None:  # deleting (or changing) an object that is not the operator's

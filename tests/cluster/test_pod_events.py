@@ -67,8 +67,23 @@ def test_only_a_pod_of_the_deployments_workload_is_read(
         cluster.kubectl("annotate", "pod", name, "-n", namespace,
                         "tritonllm.io/fail-message=rank 0 lost its GPU")
         cluster.kubectl("label", "pod", name, "-n", namespace, "tritonllm.io/fail=true")
-        failed = wait_condition(cluster, namespace, NAME, "Degraded", "True",
-                                reason="ServingPodFailed", timeout=60)
+        try:
+            failed = wait_condition(cluster, namespace, NAME, "Degraded", "True",
+                                    reason="ServingPodFailed", timeout=60)
+        except TimeoutError as exc:
+            live = cluster.kubectl_json("get", "pod", name, "-n", namespace)
+            from tritonllm.handlers.cache import BY_NAME, Cache, project_deployment, project_workload
+            from tritonllm.handlers.observe import made_by_ours
+            from tritonllm.plan import pod_workloads
+            wl = cluster.kubectl_json("get", "deployment", NAME, "-n", namespace)
+            cr = get_cr(cluster, namespace, NAME)
+            dbg = Cache({BY_NAME[c.KIND].id: {(namespace, NAME): [project_deployment(cr)]},
+                         BY_NAME["Deployment"].id: {(namespace, NAME): [project_workload(wl)]}})
+            print("DEBUGLOG", [ln for ln in op.logs().splitlines() if "ERROR" in ln or "WARN" in ln or "pod" in ln.lower()][:20])
+            print("DEBUG", pod_workloads(live), made_by_ours(dbg, live), live["metadata"].get("ownerReferences"), live["metadata"].get("labels"), project_workload(wl)["metadata"], project_deployment(cr)["metadata"])
+            raise AssertionError(f"{exc}\npod: {json.dumps(live)[-3000:]}\n"
+                                 f"status: {json.dumps(get_cr(cluster, namespace, NAME))[-2000:]}"
+                                 f"\noperator: {op.logs()[-3000:]}") from exc
         said = condition(failed, "Degraded")["message"]
         assert f"pod {name}:" in said and "rank 0 lost its GPU" in said, said
 

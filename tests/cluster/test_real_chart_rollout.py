@@ -114,7 +114,7 @@ def wait_verified_and_rolled(cluster: LocalCluster, ns: str, home: str,
         return cr if done else None
 
     try:
-        return dict(wait_for(rolled, timeout=360, interval=1, what="the change verified"))
+        return dict(wait_for(rolled, timeout=600, interval=1, what="the change verified"))
     except Exception as exc:
         logs = cluster.kubectl("logs", "-n", home, "-l", f"{c.LABEL_INSTANCE}={RELEASE}",
                                "--tail=120", check=False).stdout
@@ -132,11 +132,25 @@ def test_the_charts_operator_in_its_own_namespace_rolls_a_verified_revision(
         try:
             install(helm_bin, cluster, home, ns, refs["operator"], tmp_path)
             body = rollout_cr()
-            # The verification pod and the serving pod side by side, with the operator's pod.
-            body["spec"]["podTemplate"]["resources"] = {"cpu": "0.8", "memory": "3Gi"}
+            # A serving pod and a verification (or build) pod side by side, with the operator's.
+            body["spec"]["podTemplate"]["resources"] = {"cpu": "0.6", "memory": "3Gi"}
             cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
             _first_answer(cluster, ns, NAME, None, 420)
             first = _serving_revisions(cluster, ns)
+
+            # Enforced, on the long-lived serving pod: the operator's pod gets in, another pod of
+            # its namespace does not. (A pod only minutes old is checked on purpose: kube-router
+            # programs a new pod's chain a moment after it starts, and until then lets anything
+            # in, which a smoke request sent at once to a fresh verification pod can slip by.)
+            (server,) = _pods(cluster, ns, c.COMPONENT_SERVER)
+            ip = server["status"]["podIP"]
+            op = operator_pod(cluster, home)["metadata"]["name"]
+            assert operator_connects(cluster, home, op, ip), (
+                "the operator's pod cannot reach the serving pod's HTTP port (its smoke requests' "
+                "path)")
+            env = Env(cluster, ns, None, tmp_path, refs)  # type: ignore[arg-type]
+            other = _probe_pod(env, home, "not-the-operator", [(ip, c.HTTP_PORT)])
+            assert other == {f"{ip}:{c.HTTP_PORT}": False}, other
 
             policy = cluster.kubectl_json("get", "networkpolicy", NAME, "-n", ns)
             smoke = [r for r in policy["spec"]["ingress"]
@@ -144,15 +158,6 @@ def test_the_charts_operator_in_its_own_namespace_rolls_a_verified_revision(
                             {"kubernetes.io/metadata.name": home} for p in r["from"])]
             assert [r["from"][0]["podSelector"] for r in smoke] == [{"matchLabels": {
                 c.LABEL_NAME: c.APP_NAME, c.LABEL_COMPONENT: "operator"}}], policy["spec"]
-
-            # Enforced: the operator's pod gets in, another pod of its namespace does not.
-            (server,) = _pods(cluster, ns, c.COMPONENT_SERVER)
-            ip = server["status"]["podIP"]
-            op = operator_pod(cluster, home)["metadata"]["name"]
-            assert operator_connects(cluster, home, op, ip)
-            env = Env(cluster, ns, None, tmp_path, refs)  # type: ignore[arg-type]
-            other = _probe_pod(env, home, "not-the-operator", [(ip, c.HTTP_PORT)])
-            assert other == {f"{ip}:{c.HTTP_PORT}": False}, other
 
             start = time.monotonic()
             cluster.kubectl("patch", "tllm", NAME, "-n", ns, "--type=merge", "-p", json.dumps(

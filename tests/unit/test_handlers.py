@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
+import pytest
 
 from tritonllm.handlers import operator
 
@@ -64,3 +67,33 @@ def test_kopfs_line_per_handled_event_is_not_logged_unless_debugging() -> None:
         root.handlers[:], level, objects_level = saved
         root.setLevel(level)
         logging.getLogger(logs.KOPF_OBJECTS).setLevel(objects_level)
+
+
+def test_a_child_with_thousands_of_owner_references_asks_for_the_passes_of_existing_owners_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Job labelled as ours is anyone's to create: one naming 5,000 TritonLLMDeployments as
+    owners must not start 5,000 passes per watch event, only those of deployments that exist."""
+    from tests.fake_kube import FakeKube
+    from tritonllm.api import constants as c
+    from tritonllm.api.settings import OperatorSettings
+    from tritonllm.handlers import cache as cache_module
+    from tritonllm.handlers.reconciler import Reconciler
+
+    dep = {"apiVersion": c.API_VERSION, "kind": c.KIND,
+           "metadata": {"name": "real", "namespace": "ns", "uid": "u1"}}
+    index = {("ns", "real"): [cache_module.project_deployment(dep)]}
+    rec = Reconciler(FakeKube([]), OperatorSettings(),
+                     cache_module.Cache({cache_module.BY_NAME[c.KIND].id: index}))
+    asked: list[tuple[str, str]] = []
+    monkeypatch.setattr(rec, "request", lambda ns, name: asked.append((ns, name)))
+    monkeypatch.setitem(operator._state, "reconciler", rec)
+    owners = [{"apiVersion": c.API_VERSION, "kind": c.KIND, "name": f"d{i}", "uid": f"x{i}"}
+              for i in range(5_000)]
+    owners.append({"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "real", "uid": "u1"})
+    job = kopf.Body({"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "planted", "namespace": "ns", "uid": "j",
+                                  "labels": {c.LABEL_MANAGED_BY: c.APP_NAME},
+                                  "ownerReferences": owners}})
+    asyncio.run(operator.job_event(event={"type": "ADDED"}, body=job, namespace="ns"))
+    assert asked == [("ns", "real")]

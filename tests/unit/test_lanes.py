@@ -197,3 +197,14 @@ def test_a_failed_exclusive_test_releases_the_cluster_at_once(
     shared = Item("tests/cluster/test_fit.py::test_fit", {"cluster"})
     assert lanes.keeps_lock(first, second) and first.stash == {}
     assert not lanes.keeps_lock(first, shared) and not lanes.keeps_lock(third, None)
+
+
+def test_a_run_stops_the_cluster_only_when_no_other_run_uses_it(tmp_path: Path) -> None:
+    starter, other = lanes.ClusterUsers(tmp_path), lanes.ClusterUsers(tmp_path)
+    starter.join()
+    other.join()
+    assert not starter.alone()  # the other run's tests still use it: left running
+    other.leave()
+    starter.join()
+    assert starter.alone()
+    assert lanes.ClusterUsers(tmp_path).alone()  # nothing joined: nothing in use

@@ -250,12 +250,17 @@ def _without_finalizer(fn: Any) -> None:
 _without_finalizer(resync)
 
 
-def _owner_instances(body: dict[str, Any]) -> list[str]:
-    return [
+def _owner_instances(body: dict[str, Any], namespace: str) -> set[str]:
+    """The deployments that own a child by owner reference and exist: an object labelled as ours
+    with thousands of such references (anyone may plant one) costs a look-up each, not a pass
+    each."""
+    cache = reconciler().cache
+    return {
         ref["name"]
         for ref in body["metadata"].get("ownerReferences") or []
-        if ref.get("kind") == c.KIND
-    ]
+        if ref.get("kind") == c.KIND and isinstance(ref.get("name"), str)
+        and cache.exists(c.KIND, namespace, ref["name"])
+    }
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
@@ -265,7 +270,7 @@ async def job_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_:
     if not reconciler().cache.changed("Job", body, deleted=event.get("type") == "DELETED"):
         return  # nothing the planner reads changed (e.g. only the count of active pods)
     labels = body["metadata"].get("labels") or {}
-    names = set(_owner_instances(body))
+    names = _owner_instances(body, namespace)
     if labels.get(c.LABEL_ENGINE_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_BUILD:
         names |= set(reconciler().cache.deployments_using(namespace, labels[c.LABEL_ENGINE_KEY]))
     if labels.get(c.LABEL_REPO_KEY) and labels.get(c.LABEL_COMPONENT) == c.COMPONENT_REPOSITORY:
@@ -300,5 +305,5 @@ async def lws_event(event: dict[str, Any], body: kopf.Body, namespace: str, **_:
 def _workload_event(kind: str, event: dict[str, Any], body: kopf.Body, namespace: str) -> None:
     if not reconciler().cache.changed(kind, body, deleted=event.get("type") == "DELETED"):
         return  # e.g. only a condition's timestamp moved
-    for n in _owner_instances(body):
+    for n in _owner_instances(body, namespace):
         reconciler().request(namespace, n)
