@@ -138,10 +138,9 @@ def test_the_charts_operator_in_its_own_namespace_rolls_a_verified_revision(
             _first_answer(cluster, ns, NAME, None, 420)
             first = _serving_revisions(cluster, ns)
 
-            # Enforced, on the long-lived serving pod: the operator's pod gets in, another pod of
-            # its namespace does not. (A pod only minutes old is checked on purpose: kube-router
-            # programs a new pod's chain a moment after it starts, and until then lets anything
-            # in, which a smoke request sent at once to a fresh verification pod can slip by.)
+            # Enforced, on the serving pod: the operator's pod gets in, another pod of its
+            # namespace does not. Checked on a pod that has run for a while, so the answer does
+            # not depend on how soon the enforcer programs a pod that has just started.
             (server,) = _pods(cluster, ns, c.COMPONENT_SERVER)
             ip = server["status"]["podIP"]
             op = operator_pod(cluster, home)["metadata"]["name"]

@@ -159,8 +159,9 @@ def _seconds(text: str, runs: int = 5) -> float:
 def test_redaction_time_is_linear_in_the_length_of_adversarial_text(unit: str) -> None:
     small = _seconds(_repeat(unit, 8192))
     assert small < 0.05, small  # 8 KiB of "-a" took seconds
-    double = _seconds(_repeat(unit, 16384))
-    assert double < 3 * small + 0.002, (small, double)  # quadratic: 4x
+    # 8 times the text: linear is 8x the time, quadratic 64x; the margin absorbs a loaded machine
+    large = _seconds(_repeat(unit, 65536))
+    assert large < 24 * small + 0.01, (small, large)
 
 
 def test_a_64_kib_adversarial_message_is_redacted_at_once() -> None:
