@@ -713,8 +713,9 @@ class NetworkPolicySpec(ApiModel):
     """Render a NetworkPolicy over every serving pod (multi-node: the leaders and the
     workers): the serving ports (HTTP, gRPC, metrics) are reachable from pods of the
     deployment's namespace and from the sources below only; multi-node, every other port (sshd,
-    MPI, NCCL) is open only between the deployment's own leader and worker pods. Set false when
-    another tool manages the namespace's policies."""
+    MPI, NCCL) is open only between the deployment's own leader and worker pods; with scale to
+    zero, a second one admits the same sources to the activator's pods. Set false when another
+    tool manages the namespace's policies."""
     fromNamespaces: list[DnsLabel] = Field(default_factory=list, max_length=MAX_MAP_ENTRIES)
     """Other namespaces whose pods may reach the serving ports (an ingress gateway's,
     Prometheus')."""
