@@ -147,25 +147,9 @@ def plant(cluster: Any, ns: str, objects: int, owners: int, labels: int) -> floa
 
 
 def start(cluster: Any, source: Path, tmp: Path, tag: str) -> Any:
-    from tests.cluster.operator_harness import Operator
-    from tests.helpers import free_port
+    from bench.secrets_rss import start_operator
 
-    from tritonllm_dev.testing import wait_for
-
-    metrics_port, health_port = free_port(), free_port()
-    code = "import sys; from tritonllm.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    args = [sys.executable, "-c", code, "run", "--kubeconfig", str(cluster.kubeconfig),
-            "--standalone", "--metrics-port", str(metrics_port), "--health-port",
-            str(health_port), "--bind-address", "127.0.0.1", "--log-format", "text",
-            "--log-level", "WARNING", "--resync-seconds", "60"]
-    env = {**os.environ, "PYTHONPATH": str(source / "operator"), "TRITONLLM_PEERING": ""}
-    log = tmp / f"{tag}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, cwd=tmp)
-    op = Operator(proc, metrics_port, health_port, log)
-    wait_for(op.healthy, timeout=120, what=f"operator /healthz ({tag})")
-    return op
+    return start_operator(cluster, source, tmp, tag)
 
 
 def rss(op: Any) -> dict[str, float]:

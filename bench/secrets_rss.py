@@ -60,9 +60,9 @@ def create_secrets(cluster: LocalCluster, namespace: str, n: int, size: int) -> 
     return time.monotonic() - t0
 
 
-def measure(cluster: LocalCluster, source: Path, tmp: Path, tag: str) -> dict[str, float]:
-    """Start the operator from `source` (its operator/ on PYTHONPATH), let it list and settle,
-    read its memory, stop it."""
+def start_operator(cluster: LocalCluster, source: Path, tmp: Path, tag: str) -> Operator:
+    """The operator from `source` (its operator/ on PYTHONPATH), cluster-wide, its log in
+    `tmp`; returned once it is healthy (the memory benches share it)."""
     metrics_port, health_port = free_port(), free_port()
     code = "import sys; from tritonllm.cli.main import main; sys.exit(main(sys.argv[1:]))"
     args = [sys.executable, "-c", code, "run", "--kubeconfig", str(cluster.kubeconfig),
@@ -77,10 +77,20 @@ def measure(cluster: LocalCluster, source: Path, tmp: Path, tag: str) -> dict[st
     op = Operator(proc, metrics_port, health_port, log)
     try:
         wait_for(op.healthy, timeout=120, what=f"operator /healthz ({tag})")
-        time.sleep(SETTLE_SECONDS)  # the initial lists are done long before; GC settles
-        return {"rss_mib": rss_mib(proc.pid), "peak_mib": rss_mib(proc.pid, "VmHWM")}
-    finally:
+    except BaseException:
         stop(proc)
+        raise
+    return op
+
+
+def measure(cluster: LocalCluster, source: Path, tmp: Path, tag: str) -> dict[str, float]:
+    """Start the operator from `source`, let it list and settle, read its memory, stop it."""
+    op = start_operator(cluster, source, tmp, tag)
+    try:
+        time.sleep(SETTLE_SECONDS)  # the initial lists are done long before; GC settles
+        return {"rss_mib": rss_mib(op.proc.pid), "peak_mib": rss_mib(op.proc.pid, "VmHWM")}
+    finally:
+        stop(op.proc)
 
 
 def main() -> None:

@@ -29,14 +29,14 @@ from bench.autoscaling import Load, burst, summary
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
 from tests.cluster.operator_harness import Operator, run_operator, wait_condition
-from tests.cluster.test_real_flow import RESTRICTED_CONTAINER, RESTRICTED_POD
+from tests.cluster.test_real_flow import answer_script, script_pod
 from tests.cluster.test_real_multinode import _probe_pod
 from tests.helpers import example_body, free_port
 from tritonllm.api import constants as c
 from tritonllm_dev import images
 from tritonllm_dev.autoscaling import AutoscalingStack
 from tritonllm_dev.local import LocalCluster
-from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, STANDIN_GPUS, tolerations
+from tritonllm_dev.node import REGISTRY_ADDR, STANDIN_GPUS
 from tritonllm_dev.testing import fresh_namespace, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.autoscaling]
@@ -272,37 +272,8 @@ def _answer_pod(env: Env, ns: str, name: str, url: str) -> str:
     """A pod of `ns` that POSTs one prompt to `url` and prints the answer. A refused connection
     is tried again for 30 s (the policy enforcer admits a new pod a moment after it starts); the
     answer itself may take a cold start (300 s)."""
-    script = (
-        "import json, time, urllib.error, urllib.request\n"
-        f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': 'hello world', "
-        "'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
-        "end = time.monotonic() + 30\n"
-        "while True:\n"
-        "    try:\n"
-        "        print('ANSWER', urllib.request.urlopen(req, timeout=300).read().decode())\n"
-        "        break\n"
-        "    except urllib.error.URLError as exc:\n"
-        "        if not isinstance(exc.reason, ConnectionRefusedError) "
-        "or time.monotonic() > end:\n"
-        "            raise\n"
-        "        print('REFUSED', exc.reason, flush=True)\n"
-        "        time.sleep(0.5)\n"
-    )
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-            "tolerations": tolerations(),
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": RESTRICTED_POD,
-            "containers": [{"name": "client", "image": env.refs["triton-standin"],
-                            "command": ["python3", "-c", script],
-                            "securityContext": RESTRICTED_CONTAINER,
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}],
-        },
-    }
+    script = answer_script(url, "hello world", 30, 300)
+    pod = script_pod(env.refs["triton-standin"], name, script, namespace=ns)
     env.cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     wait_for(lambda: env.cluster.kubectl_json("get", "pod", name, "-n", ns)["status"].get(
         "phase") in ("Succeeded", "Failed"), timeout=360, interval=1, what=f"{name} done")

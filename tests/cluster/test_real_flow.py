@@ -169,14 +169,22 @@ def _client_pod(image: str, url: str) -> dict[str, Any]:
     pod's IP, a moment after the pod starts: until then the connection is refused. So the
     client tries again for up to 20 s, and prints each refusal (any real client behind a
     NetworkPolicy sees the same first moment)."""
-    script = (
+    return script_pod(image, "generate-client", answer_script(url, PROMPT, 20, 60))
+
+
+def answer_script(url: str, prompt: str, refused_seconds: float, timeout: float) -> str:
+    """A Python script that POSTs one prompt to `url` and prints `ANSWER <body>`; a refused
+    connection is tried again for `refused_seconds` (printed `REFUSED ...`), the answer waited
+    for `timeout` seconds."""
+    return (
         "import json, time, urllib.error, urllib.request\n"
-        f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': {PROMPT!r}, "
+        f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': {prompt!r}, "
         "'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
-        "end = time.monotonic() + 20\n"
+        f"end = time.monotonic() + {refused_seconds}\n"
         "while True:\n"
         "    try:\n"
-        "        print('ANSWER', urllib.request.urlopen(req, timeout=60).read().decode())\n"
+        f"        print('ANSWER', urllib.request.urlopen(req, timeout={timeout})"
+        ".read().decode())\n"
         "        break\n"
         "    except urllib.error.URLError as exc:\n"
         "        if not isinstance(exc.reason, ConnectionRefusedError) "
@@ -185,16 +193,25 @@ def _client_pod(image: str, url: str) -> dict[str, Any]:
         "        print('REFUSED', exc.reason, flush=True)\n"
         "        time.sleep(0.5)\n"
     )
+
+
+def script_pod(image: str, name: str, script: str, *, namespace: str | None = None,
+               container: str = "client") -> dict[str, Any]:
+    """A one-shot pod on the real node, Pod Security restricted, that runs a Python script with
+    the stand-in image's python3 (clients and probes of the real-node tests)."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "generate-client"},
+        "metadata": meta,
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
             "tolerations": tolerations(),
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "securityContext": RESTRICTED_POD,
-            "containers": [{"name": "client", "image": image,
+            "containers": [{"name": container, "image": image,
                             "command": ["python3", "-c", script],
                             "securityContext": RESTRICTED_CONTAINER,
                             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}],

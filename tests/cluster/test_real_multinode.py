@@ -38,8 +38,6 @@ from tests.cluster.test_real_flow import (
     COUNT_TRITONSERVERS,
     EXPECTED_4,
     PROMPT,
-    RESTRICTED_CONTAINER,
-    RESTRICTED_POD,
     SEED,
     _diagnose,
     _first_answer,
@@ -47,12 +45,13 @@ from tests.cluster.test_real_flow import (
     _post,
     _service_ip,
     restrict,
+    script_pod,
 )
 from tests.cluster.test_real_lifecycle import Load
 from tests.helpers import example_body
 from tritonllm_dev import images
 from tritonllm_dev.local import LocalCluster
-from tritonllm_dev.node import NODE_NAME, REGISTRY_ADDR, tolerations
+from tritonllm_dev.node import REGISTRY_ADDR
 from tritonllm_dev.testing import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -203,21 +202,7 @@ def _probe_pod(env: Env, ns: str, name: str, targets: list[tuple[str, int]]) -> 
         "    time.sleep(0.5)\n"
         "print('PROBE', json.dumps(out))\n"
     )
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE_NAME},
-            "tolerations": tolerations(),
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "securityContext": RESTRICTED_POD,
-            "containers": [{"name": "probe", "image": env.refs["triton-standin"],
-                            "command": ["python3", "-c", script],
-                            "securityContext": RESTRICTED_CONTAINER,
-                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}],
-        },
-    }
+    pod = script_pod(env.refs["triton-standin"], name, script, namespace=ns, container="probe")
     env.cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     try:
         wait_for(lambda: env.cluster.kubectl_json("get", "pod", name, "-n", ns)["status"].get(
