@@ -19,6 +19,7 @@ from tests.cluster.operator_harness import (
     run_operator,
     wait_ready,
 )
+from tests.cluster.test_faults import small
 from tritonllm.api import constants as c
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.testing import wait_for
@@ -26,21 +27,6 @@ from tritonllm_dev.testing import wait_for
 pytestmark = pytest.mark.cluster
 
 NAME = "pf"
-
-
-def small(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "tritonllm.io/v1alpha1",
-        "kind": "TritonLLMDeployment",
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "image": "nvcr.io/nvidia/tritonserver:24.09-trtllm-python-py3",
-            "model": {"source": "hf://openai-community/gpt2"},
-            "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
-            # kwok's pods answer no smoke request: roll at once
-            "rollout": {"strategy": "Immediate"},
-        },
-    }
 
 
 def serving_pod(cluster: LocalCluster, namespace: str) -> dict[str, Any]:
@@ -60,7 +46,7 @@ def test_only_a_pod_of_the_deployments_workload_is_read(
 ) -> None:
     prepare_namespace(cluster, namespace)
     with run_operator(cluster, namespace, tmp_path) as op:
-        cluster.apply([small(namespace)])
+        cluster.apply([small(NAME, namespace)])
         wait_ready(cluster, namespace, NAME)
         ours = serving_pod(cluster, namespace)
         name = ours["metadata"]["name"]

@@ -13,7 +13,6 @@ answered); a change is verified on its own pod and rolled over.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -22,35 +21,25 @@ import pytest
 import yaml
 
 from tests.cases import ROOT
+from tests.chart import test_chart_real_node
+from tests.chart.test_chart_real_node import _helm
 from tests.cluster.operator_harness import get_cr
 from tests.cluster.test_real_flow import _diagnose, _first_answer, _pods, restrict, seeded
 from tests.cluster.test_real_multinode import Env, _probe_pod
 from tests.cluster.test_real_rollout import NAME, _serving_revisions, rollout_cr
 from tritonllm.api import constants as c
-from tritonllm_dev.build import ensure_all
 from tritonllm_dev.local import LocalCluster
 from tritonllm_dev.node import NODE_NAME, tolerations
 from tritonllm_dev.testing import fresh_namespace, wait_for
-from tritonllm_dev.versions import HELM
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chart]
 
 CHART = ROOT / "charts" / "tritonllm"
+helm_bin = test_chart_real_node.helm_bin  # the fixture: helm, built on a fresh machine
 RELEASE = "tllm-home"
 # One TCP connection from inside the operator's container (its image has python3).
 CONNECT = ("import socket, sys\n"
            "socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close()\n")
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> str:
-    ensure_all()  # builds helm (and the cluster binaries) on a fresh machine
-    return str(HELM.path("helm"))
-
-
-def _helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm, *args], capture_output=True, text=True, check=False,
-                          timeout=400)
 
 
 def install(helm: str, cluster: LocalCluster, home: str, watched: str, operator_ref: str,

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from tests.cases import cr
 from tests.fake_kube import FakeKube
+from tests.unit.test_k8s_client import serve
 from tritonllm.api.settings import OperatorSettings
 from tritonllm.handlers import operator
 from tritonllm.handlers.reconciler import Reconciler
@@ -270,18 +271,12 @@ class LeaseServer:
 
 async def serve_leases(server: LeaseServer, tmp: Path) -> tuple[web.AppRunner, str]:
     """The server on a free port, and a kubeconfig that points at it."""
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", server.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve(server)  # type: ignore[arg-type]  # any object with handle()
     path = tmp / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
         "users": [{"name": "u", "user": {}}],
     }))
     return runner, str(path)

@@ -268,10 +268,7 @@ class Kube:
     ) -> Any:
         API_CALLS.labels(verb, kind).inc()
         session, slots = self._open()
-        headers = {"Accept": accept, "Content-Type": content_type}
-        auth = self.credentials.authorization()
-        if auth:
-            headers["Authorization"] = auth
+        headers = {**self._headers(accept), "Content-Type": content_type}
         data = None if body is None else json.dumps(body)
         reporting = verb == "event" or kind.endswith("/status")
         retries = 0
@@ -339,6 +336,14 @@ class Kube:
                 return None
             raise
 
+    def _headers(self, accept: str) -> dict[str, str]:
+        """Accept, and the credentials' Authorization where they have one."""
+        headers = {"Accept": accept}
+        auth = self.credentials.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
     async def list_metadata(
         self, api_version: str, kind: str, namespace: str | None,
         each: Callable[[dict[str, Any]], Any] = dict,
@@ -349,10 +354,7 @@ class Kube:
         never held whole: it holds what anyone put in the objects."""
         API_CALLS.labels("list", kind).inc()
         session, slots = self._open()
-        headers = {"Accept": METADATA_LIST}
-        auth = self.credentials.authorization()
-        if auth:
-            headers["Authorization"] = auth
+        headers = self._headers(METADATA_LIST)
         url = self.credentials.server + path_for(api_version, kind, namespace)
         await slots.acquire(CONVERGE)
         try:
@@ -373,10 +375,7 @@ class Kube:
         An ERROR event (e.g. 410 Gone: the version is too old) is yielded like the others."""
         API_CALLS.labels("watch", kind).inc()
         session, _ = self._open()
-        headers = {"Accept": METADATA}
-        auth = self.credentials.authorization()
-        if auth:
-            headers["Authorization"] = auth
+        headers = self._headers(METADATA)
         query = [("watch", "1"), ("resourceVersion", resource_version),
                  ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
         url = self.credentials.server + path_for(api_version, kind, namespace)
