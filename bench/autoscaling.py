@@ -2,7 +2,8 @@
 a user asks for (load start -> new replica Ready, zero -> first answer, failed requests).
 
 The load is real: each client is a `tritonclient.http` InferenceServerClient sending the
-ensemble's inputs (text_input, max_tokens) one request after the other, through the operator's
+ensemble's inputs (text_input, max_tokens), or llmapi's (text_input, sampling_param_max_tokens:
+`Ask`), one request after the other, through the operator's
 Service (kube-proxy on the host reaches the ClusterIP). The CPU stand-in answers one token per
 TRITONLLM_STANDIN_TOKEN_DELAY seconds, so a handful of clients make requests queue in Triton,
 which is what the autoscaler reads (nv_inference_pending_request_count through Prometheus).
@@ -28,6 +29,20 @@ MAX_TOKENS = 8
 REQUEST_TIMEOUT = 600.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """How a request asks the serving model: its name, its length input, and whether inputs
+    carry a batch dimension (the ensemble's max_batch_size > 0; llmapi's model has 0)."""
+
+    model: str = "ensemble"
+    length_input: str = "max_tokens"
+    batched: bool = True
+
+
+ENSEMBLE = Ask()
+LLMAPI = Ask("tensorrt_llm", "sampling_param_max_tokens", batched=False)
+
+
 @dataclasses.dataclass
 class Outcome:
     started: float  # time.monotonic() at send
@@ -36,18 +51,19 @@ class Outcome:
 
 
 def infer(url: str, prompt: str = PROMPT, max_tokens: int = MAX_TOKENS,
-          timeout: float = REQUEST_TIMEOUT) -> str:
-    """One request through tritonclient (HTTP, model `ensemble`); returns text_output."""
+          timeout: float = REQUEST_TIMEOUT, ask: Ask = ENSEMBLE) -> str:
+    """One request through tritonclient (HTTP, the model `ask` names); returns text_output."""
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(url, connection_timeout=timeout,
                                               network_timeout=timeout)
+    shape = [1, 1] if ask.batched else [1]
     try:
-        text = httpclient.InferInput("text_input", [1, 1], "BYTES")
-        text.set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
-        tokens = httpclient.InferInput("max_tokens", [1, 1], "INT32")
-        tokens.set_data_from_numpy(np.array([[max_tokens]], dtype=np.int32))
-        result = client.infer("ensemble", [text, tokens])
+        text = httpclient.InferInput("text_input", shape, "BYTES")
+        text.set_data_from_numpy(np.array([prompt.encode()], dtype=object).reshape(shape))
+        tokens = httpclient.InferInput(ask.length_input, shape, "INT32")
+        tokens.set_data_from_numpy(np.array([max_tokens], dtype=np.int32).reshape(shape))
+        result = client.infer(ask.model, [text, tokens])
         out = result.as_numpy("text_output")
         return bytes(out.reshape(-1)[0]).decode() if out is not None else ""
     finally:
@@ -58,8 +74,8 @@ class Load:
     """`clients` threads, each sending requests back to back until stopped."""
 
     def __init__(self, url: str, clients: int, *, check: Callable[[str], bool] | None = None,
-                 max_tokens: int = MAX_TOKENS) -> None:
-        self.url, self.clients, self.max_tokens = url, clients, max_tokens
+                 max_tokens: int = MAX_TOKENS, ask: Ask = ENSEMBLE) -> None:
+        self.url, self.clients, self.max_tokens, self.ask = url, clients, max_tokens, ask
         self.check = check
         self.outcomes: list[Outcome] = []
         self._lock = threading.Lock()
@@ -86,7 +102,7 @@ class Load:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.outcomes_add(one_request(self.url, self.max_tokens, self.check))
+            self.outcomes_add(one_request(self.url, self.max_tokens, self.check, self.ask))
 
     def outcomes_add(self, outcome: Outcome) -> None:
         with self._lock:
@@ -102,10 +118,10 @@ class Load:
 
 
 def one_request(url: str, max_tokens: int = MAX_TOKENS,
-                check: Callable[[str], bool] | None = None) -> Outcome:
+                check: Callable[[str], bool] | None = None, ask: Ask = ENSEMBLE) -> Outcome:
     t0 = time.monotonic()
     try:
-        text = infer(url, max_tokens=max_tokens)
+        text = infer(url, max_tokens=max_tokens, ask=ask)
     except Exception as exc:  # every failure a client would see counts
         return Outcome(t0, time.monotonic() - t0, f"{type(exc).__name__}: {exc}"[:300])
     if check is not None and not check(text):
@@ -113,12 +129,13 @@ def one_request(url: str, max_tokens: int = MAX_TOKENS,
     return Outcome(t0, time.monotonic() - t0)
 
 
-def burst(url: str, n: int, check: Callable[[str], bool] | None = None) -> list[Outcome]:
+def burst(url: str, n: int, check: Callable[[str], bool] | None = None,
+          ask: Ask = ENSEMBLE) -> list[Outcome]:
     """`n` requests sent at once (each in its own thread); their outcomes in send order."""
     outcomes: list[Outcome | None] = [None] * n
 
     def send(i: int) -> None:
-        outcomes[i] = one_request(url, check=check)
+        outcomes[i] = one_request(url, check=check, ask=ask)
 
     threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(n)]
     for t in threads:

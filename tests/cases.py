@@ -94,6 +94,14 @@ INVALID: list[Invalid] = [
         says="cannot run as root",
     ),
     Invalid(
+        "llmapi-multi-node-as-root",  # an llmapi group starts its ranks over the same sshd
+        cr({"runtime": "llmapi", "image": "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3",
+            "engine": {"parallelism": {"tensor": 2, "pipeline": 1}}, "gpu": {"perNode": 1},
+            "podTemplate": {"runAsUser": 0}}),
+        "podTemplate.runAsUser",
+        says="cannot run as root",
+    ),
+    Invalid(
         "unknown-quantization",
         cr({"engine": {"quantization": {"format": "int3_magic"}}}),
         "engine.quantization.format",
@@ -180,21 +188,58 @@ INVALID: list[Invalid] = [
         says="pagedContextFmha",
     ),
     Invalid(
-        "llmapi-with-quantization",
+        "llmapi-with-engine-only-quantization",
         cr(
             {
                 "runtime": "llmapi",
                 "image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3",
-                "engine": {"quantization": {"format": "int4_awq"}},
+                "engine": {"quantization": {"format": "int8_sq"}},
             }
         ),
         "engine.quantization.format",
-        says="llmapi",
+        says="fp8, int4_awq, w4a8_awq, nvfp4",
+    ),
+    Invalid(
+        "llmapi-with-int8-kv-cache",
+        cr(
+            {
+                "runtime": "llmapi",
+                "image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3",
+                "engine": {"quantization": {"format": "fp8", "kvCacheDtype": "int8"}},
+            }
+        ),
+        "engine.quantization.format",
+        says="int8 KV cache need runtime engine",
     ),
     Invalid(
         "bls-instances-without-bls",
         cr({"serving": {"instances": {"bls": 8}}}),
         "serving.instances.bls",
+    ),
+    Invalid(
+        "llmapi-autoscaling-on-tritons-queue",
+        cr(
+            {
+                "runtime": "llmapi",
+                "image": "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3",
+                "autoscaling": {"maxReplicas": 2, "metric": "pendingRequests"},
+            }
+        ),
+        "autoscaling.metric",
+        says="backendWaitingRequests",
+    ),
+    Invalid(
+        "llmapi-backend-metrics-before-iteration-statistics",
+        cr(
+            {
+                "runtime": "llmapi",
+                "image": "nvcr.io/nvidia/tritonserver:25.07-trtllm-python-py3",
+                "autoscaling": {"maxReplicas": 2},
+            }
+        ),
+        "spec.autoscaling.metric",
+        admission=False,
+        says="0.21",
     ),
     Invalid(
         "llmapi-with-bls",
@@ -526,10 +571,15 @@ INVALID: list[Invalid] = [
     ),
     Invalid(
         "engine-on-image-without-engine-path",
-        cr({"trtllmVersion": "1.3.0", "image": "registry.local/triton:next"}),
+        cr({"runtime": "engine", "trtllmVersion": "1.3.0", "image": "registry.local/triton:next"}),
         "spec.runtime",
-        admission=False,
-        says="llmapi",
+        says="PR #15907",
+    ),
+    Invalid(
+        "engine-on-ngc-tag-after-the-engine-path",
+        cr({"runtime": "engine", "image": "nvcr.io/nvidia/tritonserver:26.08-trtllm-python-py3"}),
+        "spec.runtime",
+        says="runtime llmapi",
     ),
     Invalid(
         "fp8-on-ampere",

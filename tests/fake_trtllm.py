@@ -67,6 +67,11 @@ for r in range(tp * pp):
 """
 )
 
+# The SIMULATED hf_ptq.py of the CPU stand-in image, without its shebang line.
+_HF_PTQ = (
+    Path(__file__).resolve().parent.parent / "images" / "triton-standin" / "fakes" / "hf_ptq.py"
+).read_text().split("\n", 1)[1]
+
 _TRTLLM_BUILD = (
     _RECORD
     + """
@@ -212,10 +217,14 @@ class FakeImage:
         self._tool("sshd", _SSHD)
         self._tool("nvidia-smi", _NVIDIA_SMI)
         (self.bin / "python3").symlink_to(sys.executable)
-        # Converters: old layout for most, the newer models/core/ layout for llama.
+        # Converters: old layout for most, the newer models/core/ layout for llama, and
+        # models/contrib/ where falcon went last.
         for rel in ("gpt/convert_checkpoint.py", "models/core/llama/convert_checkpoint.py",
-                    "quantization/quantize.py"):
+                    "models/contrib/falcon/convert_checkpoint.py", "quantization/quantize.py"):
             self._script(self.examples / rel, _CONVERT)
+        # ModelOpt's hf_ptq.py: the stand-in image's fake, one implementation for both.
+        self.modelopt_examples = root / "app" / "Model-Optimizer" / "examples"
+        self._script(self.modelopt_examples / "llm_ptq" / "hf_ptq.py", _HF_PTQ)
         hub = self.site / "huggingface_hub"
         hub.mkdir()
         (hub / "__init__.py").write_text(_HUGGINGFACE_HUB)

@@ -537,8 +537,11 @@ def operator_files(root: Path) -> dict[str, Path]:
 
 
 def standin_files(root: Path) -> dict[str, Path]:
+    # The LLM API table of the image's TensorRT-LLM goes in (its simulated LLM() checks against
+    # it), so a change of the table changes the image's key.
     files = {rel: root / rel for rel in (".dockerignore", "images/wheels/README.md",
-                                         "tests/triton/standin/tensorrt_llm_cpu_standin.py")}
+                                         "tests/triton/standin/tensorrt_llm_cpu_standin.py",
+                                         f"tests/contract/tables/llm_args-{STANDIN_TRTLLM}.json")}
     files.update(tree(root, "images/triton-standin"))
     return files
 

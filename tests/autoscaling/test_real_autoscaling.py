@@ -11,6 +11,13 @@ the HPA controller, the operator. Simulated: the GPUs (the stand-in answers on C
 TRITONLLM_STANDIN_TOKEN_DELAY seconds so that requests queue), and in the multi-node case the
 group's pods, which are kwok pods whose serving metric comes from an exporter in this test.
 
+Both runtimes: the HPA, KEDA-from-zero and metrics scenarios run on `engine` (the stand-in's
+tensorrt_llm backend model) and on `llmapi` (the llmapi Python model over the stand-in image's
+SIMULATED LLM API, which exports the same nv_trt_llm_* families from the LLM's iteration
+statistics), each with the signal that runtime is scaled on: Triton's pending requests for the
+engine backend, the backend's own waiting requests and KV-cache utilization for llmapi (its model
+takes requests from Triton at once, so they wait in the LLM, not in Triton's queue).
+
 Figures: each scenario prints `[measure]` lines (python -m pytest -s); docs/autoscaling.md
 records them.
 """
@@ -24,7 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from bench.autoscaling import Load, burst, summary
+from bench.autoscaling import ENSEMBLE, LLMAPI, Ask, Load, burst, summary
 
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
@@ -33,6 +40,7 @@ from tests.cluster.test_real_flow import answer_script, script_pod
 from tests.cluster.test_real_multinode import _probe_pod
 from tests.helpers import example_body, free_port
 from tritonllm.api import constants as c
+from tritonllm.render.autoscaling import POD_METRICS
 from tritonllm_dev import images
 from tritonllm_dev.autoscaling import AutoscalingStack
 from tritonllm_dev.local import LocalCluster
@@ -121,10 +129,27 @@ def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 yield Env(cluster, ns, stack, op, refs)
 
 
-def _example(name: str, **autoscaling: Any) -> dict[str, Any]:
-    obj = example_body(EXAMPLE, autoscaling=autoscaling)
+# Per runtime: how clients ask, the spec changes from the engine example, and the metric each
+# autoscaler scales on (HPA, KEDA). llmapi's batch is 2, so that 6 clients make 4 wait in the LLM.
+RUNTIMES: dict[str, tuple[Ask, dict[str, Any], str, str]] = {
+    "engine": (ENSEMBLE, {}, "pendingRequests", "pendingRequests"),
+    "llmapi": (LLMAPI, {"runtime": "llmapi",
+                        "engine": {"limits": {"maxBatchSize": 2, "maxInputLen": 64,
+                                              "maxSeqLen": 128, "maxNumTokens": 256}}},
+               "backendWaitingRequests", "kvCacheUtilization"),
+}
+HPA_TARGET = {"pendingRequests": "2", "backendWaitingRequests": "1"}
+KEDA_TARGET = {"pendingRequests": "2", "kvCacheUtilization": "0.5"}
+
+
+def _example(name: str, runtime: str = "engine", **autoscaling: Any) -> dict[str, Any]:
+    obj = example_body(EXAMPLE, autoscaling=autoscaling, **RUNTIMES[runtime][1])
     obj["metadata"]["name"] = name
     return obj
+
+
+def _named(base: str, runtime: str) -> str:
+    return base if runtime == "engine" else f"{base}-{runtime}"
 
 
 def _ready(env: Env, name: str) -> dict[str, Any]:
@@ -146,16 +171,21 @@ def _wait_replicas(env: Env, name: str, want: int, timeout: float, what: str) ->
     return time.monotonic() - t0
 
 
-def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(env: Env) -> None:
-    name = "scale-hpa"
-    obj = _example(name, autoscaler="HPA", minReplicas=1, maxReplicas=2)
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES))
+def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(
+    env: Env, runtime: str
+) -> None:
+    name = _named("scale-hpa", runtime)
+    ask, _, signal, _ = RUNTIMES[runtime]
+    obj = _example(name, runtime, autoscaler="HPA", minReplicas=1, maxReplicas=2,
+                   metric=signal, target=HPA_TARGET[signal])
     env.cluster.apply([{**obj, "metadata": {**obj["metadata"], "namespace": env.ns}}])
     cr = _ready(env, name)
     scaling = cr["status"]["scaling"]
     # The real node advertises STANDIN_GPUS stand-in GPUs: as many replicas of one GPU each.
     assert (scaling["autoscaler"], scaling["capacity"]) == ("HPA", STANDIN_GPUS), scaling
     # Prometheus scrapes the serving pod, the adapter serves the rule's metric for it.
-    metric = "nv_inference_pending_request_count"
+    metric = POD_METRICS[signal]
     raw = f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/{env.ns}/pods/*/{metric}"
 
     def served() -> bool:
@@ -165,19 +195,20 @@ def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(env: 
     wait_for(served, timeout=90, interval=1, what=f"custom metric {metric} for the serving pod")
     url = env.url(name)
 
-    with Load(url, clients=6, check=_answer_ok) as load:
+    with Load(url, clients=6, check=_answer_ok, ask=ask) as load:
         up = _wait_replicas(env, name, 2, 240, "HPA scales to 2 under load")
-        print(f"\n[measure] HPA: load start -> 2nd replica Ready {up:.1f} s")
+        print(f"\n[measure] HPA ({runtime}, {signal}): load start -> 2nd replica Ready "
+              f"{up:.1f} s")
         time.sleep(5)  # both replicas answer
     hot = list(load.outcomes)
     # Light load while it scales back: the replica taken away drains what it holds.
-    with Load(url, clients=1, check=_answer_ok) as light:
+    with Load(url, clients=1, check=_answer_ok, ask=ask) as light:
         down = _wait_replicas(env, name, 1, 240, "HPA scales back to 1")
-        print(f"[measure] HPA: load drop -> back to 1 replica {down:.1f} s "
+        print(f"[measure] HPA ({runtime}): load drop -> back to 1 replica {down:.1f} s "
               f"(scaleDownWindowSeconds 20)")
         time.sleep(3)
-    print(f"[measure] {summary('HPA under load', hot)}")
-    print(f"[measure] {summary('HPA while scaling down', light.outcomes)}")
+    print(f"[measure] {summary(f'HPA under load ({runtime})', hot)}")
+    print(f"[measure] {summary(f'HPA while scaling down ({runtime})', light.outcomes)}")
     assert len(hot) > 10 and not load.failed, [o.error for o in load.failed][:5]
     assert light.outcomes and not light.failed, [o.error for o in light.failed][:5]
     # The HPA wrote the count; the operator never did.
@@ -210,9 +241,12 @@ def test_every_dashboard_panel_returns_data_from_the_real_prometheus(env: Env) -
         f"{r['metric']['phase']} {float(r['value'][1]):.1f} s" for r in phases))
 
 
-def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
-    name = "scale-keda"
-    obj = _example(name)  # KEDA, minReplicas 0, the held-requests trigger
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES))
+def test_keda_scales_from_zero_and_answers_every_held_request(env: Env, runtime: str) -> None:
+    name = _named("scale-keda", runtime)
+    ask, _, _, signal = RUNTIMES[runtime]
+    # KEDA, minReplicas 0, the held-requests trigger beside the runtime's signal
+    obj = _example(name, runtime, metric=signal, target=KEDA_TARGET[signal])
     env.cluster.apply([{**obj, "metadata": {**obj["metadata"], "namespace": env.ns}}])
     cr = _ready(env, name)
     assert cr["status"]["scaling"]["autoscaler"] == "KEDA"
@@ -244,28 +278,42 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env) -> None:
              what="the Service's address routed to the activator")
 
     t0 = time.monotonic()
-    outcomes = burst(url, 4, check=_answer_ok)
+    outcomes = burst(url, 4, check=_answer_ok, ask=ask)
     errors = [o.error for o in outcomes if o.error is not None]
     assert not errors, f"{errors}\n{env.activator_logs(name)}\n{env.diagnose()}"
     first = min(o.started + o.seconds for o in outcomes) - t0
-    print(f"\n[measure] KEDA: zero -> first answer {first:.1f} s (engine cached, "
-          f"pollingIntervalSeconds 2)")
-    print(f"[measure] {summary('KEDA burst at zero', outcomes)}")
+    print(f"\n[measure] KEDA ({runtime}, {signal}): zero -> first answer {first:.1f} s "
+          f"(engine or checkpoint on the store, pollingIntervalSeconds 2)")
+    print(f"[measure] {summary(f'KEDA burst at zero ({runtime})', outcomes)}")
     assert env.replicas(name)[0] >= 1
     assert env.replica_writes() == 0
     assert c.FIELD_MANAGER not in env.replica_managers("deployment", name)
+    # Its replica's CPU goes back to the 2-core node: the next scenario's replica would wait
+    # for it (and time that wait, not its own start).
+    env.cluster.kubectl("delete", "tllm", name, "-n", env.ns, "--wait=false")
 
 
-def test_kv_cache_and_pending_requests_reach_prometheus_from_the_real_pod(env: Env) -> None:
-    """The stand-in's TensorRT-LLM metric families, scraped from the serving pod, recorded."""
-    name = "scale-hpa"
-    wait_for(lambda: bool(env.stack.query(
-        f'tritonllm:kv_cache_utilization{{namespace="{env.ns}",'
-        f'app_kubernetes_io_instance="{name}"}}')), timeout=60, interval=1,
-        what="tritonllm:kv_cache_utilization recorded for the serving pod")
-    series = env.stack.query(f'nv_trt_llm_kv_cache_block_metrics{{namespace="{env.ns}"}}')
-    kinds = {s["metric"].get("kv_cache_block_type") for s in series}
-    assert {"max", "free", "used", "tokens_per"} <= kinds, kinds
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES))
+def test_kv_cache_and_pending_requests_reach_prometheus_from_the_real_pod(
+    env: Env, runtime: str
+) -> None:
+    """The TensorRT-LLM metric families, scraped from the serving pod of the HPA scenario (the
+    stand-in backend's, or the llmapi model's from the LLM's iteration statistics), recorded."""
+    name = _named("scale-hpa", runtime)
+    pod = f'namespace="{env.ns}",app_kubernetes_io_instance="{name}"'
+    for rule in ("tritonllm:kv_cache_utilization", "tritonllm:backend_waiting_requests"):
+        wait_for(lambda rule=rule: bool(env.stack.query(f"{rule}{{{pod}}}")), timeout=60,
+                 interval=1, what=f"{rule} recorded for {name}'s serving pod")
+    families = {
+        "nv_trt_llm_kv_cache_block_metrics": ("kv_cache_block_type",
+                                              {"max", "free", "used", "tokens_per"}),
+        "nv_trt_llm_request_metrics": ("request_type", {"active", "max", "scheduled",
+                                                        "context", "waiting"}),
+    }
+    for family, (label, values) in families.items():
+        series = env.stack.query(f"{family}{{{pod}}}")
+        kinds = {s["metric"].get(label) for s in series}
+        assert values <= kinds, (family, kinds)
 
 
 def _answer_pod(env: Env, ns: str, name: str, url: str) -> str:

@@ -40,7 +40,8 @@ def test_server_applies_the_schema_defaults(cluster: LocalCluster, namespace: st
     cluster.apply([obj])
     live = cluster.kubectl_json("get", "tllm", "demo", "-n", namespace)
     spec = live["spec"]
-    assert spec["runtime"] == "engine"
+    # No schema default for runtime: the operator resolves an empty one by the image's version.
+    assert "runtime" not in spec
     assert spec["engine"]["parallelism"] == {"tensor": 1, "pipeline": 1, "auto": False}
     assert spec["engine"]["limits"]["maxBatchSize"] == 64
     assert spec["serving"]["kvCache"]["freeGpuMemFraction"] == 0.9
@@ -49,7 +50,9 @@ def test_server_applies_the_schema_defaults(cluster: LocalCluster, namespace: st
     # what the server stored is what the operator's own parser produces: no drift for GitOps
     from tritonllm.api.deployment import parse_deployment
 
-    assert _prune(parse_deployment(live).spec.to_wire()) == _prune(spec)
+    parsed = parse_deployment(live).spec.to_wire()
+    assert parsed.pop("runtime") == "engine"  # the 24.09 image has the engine path
+    assert _prune(parsed) == _prune(spec)
 
 
 def _prune(value):
@@ -123,6 +126,33 @@ def test_kubectl_stores_what_render_reads(cluster: LocalCluster, table_namespace
     stored = json.loads(proc.stdout)
     stored = stored["items"][0] if stored["kind"] == "List" else stored
     assert stored_otherwise(stored["spec"], case) == {}
+
+
+@pytest.mark.parametrize(
+    ("spec", "runtime"),
+    [
+        ({"image": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"}, "engine"),
+        ({"image": "registry.local/triton:next", "trtllmVersion": "1.3.0"}, "llmapi"),
+    ],
+    ids=["engine-path-image", "after-the-engine-path"],
+)
+def test_an_empty_runtime_is_admitted_and_engine_only_rules_follow_the_resolved_one(
+    dry_run: DryRun, table_namespace: str, spec: dict, runtime: str
+) -> None:
+    """Without a schema default the CEL rules resolve an absent runtime as the operator does:
+    admitted either way, and an llmapi-only refusal (serving.bls) applies only where the
+    image's version makes it llmapi."""
+    obj = cr(spec)
+    obj["spec"].pop("runtime", None)
+    obj["metadata"]["namespace"] = table_namespace
+    status, message = dry_run.create(obj)
+    assert status == 201, message
+    obj["spec"]["serving"] = {"bls": True}
+    status, message = dry_run.create(obj)
+    if runtime == "llmapi":
+        assert status == 422 and "serving.bls" in message, message
+    else:
+        assert status == 201, message
 
 
 def test_operator_only_cases_are_admitted(dry_run: DryRun, namespace: str) -> None:

@@ -109,20 +109,32 @@ def _service_ip(cluster: LocalCluster, ns: str, name: str) -> str:
     return str(cluster.kubectl_json("get", "svc", name, "-n", ns)["spec"]["clusterIP"])
 
 
+def asks(body: dict[str, Any]) -> dict[str, str]:
+    """How a client asks a deployment (a CR body) for tokens, as the operator's own smoke
+    requests do: `model` (the ensemble, or llmapi's tensorrt_llm) and `length_input`."""
+    from tritonllm.api.deployment import parse_deployment
+    from tritonllm.render.serving import max_tokens_input, model_name
+
+    dep = parse_deployment(body)
+    return {"model": model_name(dep), "length_input": max_tokens_input(dep)}
+
+
 def _first_answer(cluster: LocalCluster, ns: str, name: str, op: Operator | None,
-                  timeout: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Wait for the CR to be Ready, then for the ensemble to answer through the Service from
-    the host; return (CR, answer)."""
+                  timeout: float, *, model: str = "ensemble",
+                  length_input: str = "max_tokens") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Wait for the CR to be Ready, then for its model (the ensemble, or llmapi's
+    tensorrt_llm with its own length input) to answer through the Service from the host;
+    return (CR, answer)."""
     try:
         cr = wait_condition(cluster, ns, name, "Progressing", "False", reason="Deployed",
                             timeout=timeout)
     except Exception as exc:
         raise AssertionError(f"{name} not Ready: {exc}\n{_diagnose(cluster, ns, op)}") from exc
-    url = f"http://{_service_ip(cluster, ns, name)}:8000/v2/models/ensemble/generate"
+    url = f"http://{_service_ip(cluster, ns, name)}:8000/v2/models/{model}/generate"
 
     def answer() -> dict[str, Any] | None:
         try:
-            return dict(json.loads(_post(url, {"text_input": PROMPT, "max_tokens": 4}, 30)))
+            return dict(json.loads(_post(url, {"text_input": PROMPT, length_input: 4}, 30)))
         except OSError:
             return None
 
@@ -172,14 +184,15 @@ def _client_pod(image: str, url: str) -> dict[str, Any]:
     return script_pod(image, "generate-client", answer_script(url, PROMPT, 20, 60))
 
 
-def answer_script(url: str, prompt: str, refused_seconds: float, timeout: float) -> str:
+def answer_script(url: str, prompt: str, refused_seconds: float, timeout: float,
+                  length_input: str = "max_tokens") -> str:
     """A Python script that POSTs one prompt to `url` and prints `ANSWER <body>`; a refused
     connection is tried again for `refused_seconds` (printed `REFUSED ...`), the answer waited
     for `timeout` seconds."""
     return (
         "import json, time, urllib.error, urllib.request\n"
         f"req = urllib.request.Request({url!r}, json.dumps({{'text_input': {prompt!r}, "
-        "'max_tokens': 4}).encode(), {'Content-Type': 'application/json'})\n"
+        f"{length_input!r}: 4}}).encode(), {{'Content-Type': 'application/json'}})\n"
         f"end = time.monotonic() + {refused_seconds}\n"
         "while True:\n"
         "    try:\n"

@@ -66,12 +66,13 @@ class Load:
     """Steady generate requests from CLIENTS threads; every result is kept with its times."""
 
     url: str
+    length_input: str = "max_tokens"  # llmapi: sampling_param_max_tokens
     results: list[tuple[float, float, str | None]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def _client(self) -> None:
-        body = json.dumps({"text_input": PROMPT, "max_tokens": 4}).encode()
+        body = json.dumps({"text_input": PROMPT, self.length_input: 4}).encode()
         while not self._stop.is_set():
             start = time.monotonic()
             error: str | None = None

@@ -21,12 +21,13 @@ containers, sshd, mpirun, tritonserver, DNS, kube-proxy, the policy enforcer, Le
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from tests.cluster.test_real_flow import (
     _grpc_stream,
     _post,
     _service_ip,
+    asks,
     restrict,
     script_pod,
 )
@@ -72,6 +74,13 @@ class Env:
     op: Operator
     tmp: Path
     refs: dict[str, str]
+    # How each deployment is asked for tokens (its model and length input), read from its CR.
+    asked: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def asks(self, name: str) -> dict[str, str]:
+        if name not in self.asked:
+            self.asked[name] = asks(get_cr(self.cluster, self.ns, name))
+        return self.asked[name]
 
     def kubectl(self, *args: str, check: bool = True) -> Any:
         return self.cluster.kubectl("-n", self.ns, *args, check=check)
@@ -81,11 +90,13 @@ class Env:
         return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def url(self, name: str, path: str = "generate") -> str:
-        return f"http://{_service_ip(self.cluster, self.ns, name)}:8000/v2/models/ensemble/{path}"
+        model = self.asks(name)["model"]
+        return f"http://{_service_ip(self.cluster, self.ns, name)}:8000/v2/models/{model}/{path}"
 
     def answer(self, name: str) -> str | None:
+        body = {"text_input": PROMPT, self.asks(name)["length_input"]: 4}
         try:
-            out = json.loads(_post(self.url(name), {"text_input": PROMPT, "max_tokens": 4}, 20))
+            out = json.loads(_post(self.url(name), body, 20))
         except OSError:
             return None
         return str(out.get("text_output"))
@@ -96,7 +107,15 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    ns = f"mn-{int(time.time()) % 100000}"
+    with group_env(cluster, tmp_path_factory, "mn") as made:
+        yield made
+
+
+@contextlib.contextmanager
+def group_env(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
+              prefix: str) -> Iterator[Env]:
+    """A restricted namespace with the seeded store and an operator (the groups' modules)."""
+    ns = f"{prefix}-{int(time.time()) % 100000}"
     cluster.kubectl("create", "namespace", ns)
     refs = images.ensure_images(REGISTRY_ADDR)
     restrict(cluster, ns)
@@ -117,7 +136,7 @@ def example(name: str = NAME, **spec: Any) -> dict[str, Any]:
 
 def ready_and_answering(env: Env, name: str, timeout: float = GROUP_TIMEOUT) -> float:
     start = time.monotonic()
-    _first_answer(env.cluster, env.ns, name, env.op, timeout)
+    _first_answer(env.cluster, env.ns, name, env.op, timeout, **env.asks(name))
     return time.monotonic() - start
 
 

@@ -8,10 +8,15 @@ request reaches them, the serving pod stays as it was, the verification workload
 Degraded says why); the good one rolls over. Every client request of the whole run must get the
 right answer, and `kubectl describe` must tell the story in order.
 
+The same story runs on both runtimes: `engine` (examples/cpu-standin.yaml: a build Job per
+checkpoint, the ensemble) and `llmapi` (examples/cpu-standin-llmapi.yaml: a fetch Job, the llmapi
+model whose LLM loads the checkpoint itself).
+
 Real: the node, the containers, tritonserver, the operator's smoke requests to the pod's IP, the
-NetworkPolicy enforcer. SIMULATED: the GPUs, and the two faults (the stand-in's fake build tools
-copy a `tritonllm_standin_fault` key from the model's config.json into the engine, and the
-stand-in model honours it: tests/triton/standin/tensorrt_llm_cpu_standin.py).
+NetworkPolicy enforcer. SIMULATED: the GPUs, and the two faults (engine: the stand-in's fake build
+tools copy a `tritonllm_standin_fault` key from the model's config.json into the engine, and the
+stand-in model honours it, tests/triton/standin/tensorrt_llm_cpu_standin.py; llmapi: the stand-in
+image's simulated LLM API reads the key from the checkpoint's config.json at load).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import yaml
 
 from tests.cluster.operator_harness import Operator, get_cr, run_operator
 from tests.cluster.test_real_flow import (
-    EXAMPLE,
     EXPECTED_4,
     PROMPT,
     _diagnose,
@@ -35,6 +39,7 @@ from tests.cluster.test_real_flow import (
     _pods,
     _service_ip,
     _volume_dir,
+    asks,
     seeded,
 )
 from tests.cluster.test_real_lifecycle import Load
@@ -48,10 +53,11 @@ pytestmark = pytest.mark.cluster
 NAME = "rollout"
 STORE = "tritonllm-cpu-store"
 FAULT_KEY = "tritonllm_standin_fault"
+EXAMPLES = {"engine": "cpu-standin", "llmapi": "cpu-standin-llmapi"}
 
 
-def rollout_cr() -> dict[str, Any]:
-    obj = example_body(EXAMPLE.stem)
+def rollout_cr(runtime: str = "engine") -> dict[str, Any]:
+    obj = example_body(EXAMPLES[runtime])
     obj["metadata"] = {"name": NAME}
     spec = obj["spec"]
     spec["engine"]["parallelism"] = {"tensor": 1, "pipeline": 1}
@@ -121,18 +127,22 @@ def refused(cluster: LocalCluster, ns: str, op: Operator, source: str, said: str
     return seconds
 
 
+@pytest.mark.parametrize("runtime", sorted(EXAMPLES))
 def test_verified_rollouts_refuse_bad_engines_and_roll_a_good_one_under_load(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
+    cluster: LocalCluster, namespace: str, tmp_path: Path, runtime: str
 ) -> None:
     ns = namespace
     refs = seeded(cluster, ns)
     faulty_models(cluster, ns)
+    body = rollout_cr(runtime)
+    ask = asks(body)
     with run_operator(cluster, ns, tmp_path, tools_image=refs["operator"]) as op:
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(rollout_cr()))
-        _first_answer(cluster, ns, NAME, op, 420)
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(body))
+        _first_answer(cluster, ns, NAME, op, 420, **ask)
         first = _serving_revisions(cluster, ns)
-        url = f"http://{_service_ip(cluster, ns, NAME)}:8000/v2/models/ensemble/generate"
-        with Load(url) as load:
+        url = (f"http://{_service_ip(cluster, ns, NAME)}:8000/v2/models/{ask['model']}"
+               "/generate")
+        with Load(url, ask["length_input"]) as load:
             time.sleep(2)
             start = time.monotonic()
             wrong = refused(cluster, ns, op, "tiny-gpt2-wrong-answer",
@@ -166,11 +176,12 @@ def test_verified_rollouts_refuse_bad_engines_and_roll_a_good_one_under_load(
             time.sleep(3)
             end = time.monotonic()
         answered, failures = load.between(start, end)
-        print(f"\n[measure] verified rollouts under load: {answered + len(failures)} requests, "
+        print(f"\n[measure] verified rollouts under load ({runtime}): "
+              f"{answered + len(failures)} requests, "
               f"{len(failures)} failed; wrong-answer engine refused after {wrong:.1f} s, "
               f"crash-at-load engine refused after {crash:.1f} s, good change rolled over "
               f"after {good:.1f} s")
-        print("[measure] the good change's phases: " + ", ".join(
+        print(f"[measure] the good change's phases ({runtime}): " + ", ".join(
             f"{p['name']} {p['seconds']:.0f} s" for p in timeline))
         assert [p["name"] for p in timeline] == ["EngineBuild", "RepositoryWrite", "Verification",
                                                  "WaitingForGpus", "PodStart", "ModelLoad"]

@@ -8,11 +8,12 @@ would parse them, and every option is looked up in the table of the version the 
 
 - TensorRT-LLM tools: the table of that exact version when one was reachable, else both the
   nearest older and the nearest newer table (each must accept the argv; where no newer table
-  exists only the older one, and the label says so);
+  exists only the older one, and the label says so); the converter must also be looked for
+  where the table read it (examples/, models/core/, models/contrib/);
 - tritonserver: the Triton release branch of the NGC month (always exact);
 - the tensorrt_llm model's ``parameters``: the keys the backend's template of that version
-  reads (exact for 0.9.0 ... 0.19.0, the older neighbour after that); our own Python models'
-  parameters: the keys their model.py reads.
+  reads (exact for 0.9.0 ... 0.19.0, then the 0.19.0 and 1.2.0rc2 neighbours, 1.2.0rc2 alone
+  for 1.2.x); our own Python models' parameters: the keys their model.py reads.
 
 ``python -m tests.contract.check`` prints the totals quoted in docs/contract.md.
 """
@@ -40,14 +41,14 @@ TABLES = Path(__file__).resolve().parent / "tables"
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    """Order versions the way releases follow each other: 0.11.0.dev2024… < 0.11.0 <
-    0.11.0.post1 < 0.11.1; NGC's build suffix (1.0.3.2510) ranks as a post release."""
-    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|post)?(\d+))?", text)
+    """Order versions the way releases follow each other: 0.11.0.dev2024… < 1.2.0rc2 <
+    1.2.0 < 0.11.0.post1 < 0.11.1; NGC's build suffix (1.0.3.2510) ranks as a post release."""
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(dev|post|rc)?(\d+))?", text)
     if not m:
         raise ValueError(text)
     major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
     kind, num = m.group(4), int(m.group(5) or 0)
-    rank = -1 if kind == "dev" else (1 if num else 0)
+    rank = {"dev": -2, "rc": -1}.get(kind or "", 1 if num else 0)
     return (major, minor, patch, rank, num)
 
 
@@ -67,7 +68,9 @@ class Table:
         path = next((p for p in self.source["paths"] if f"/{key.split(':')[-1]}/" in p), "")
         if key.startswith("llmapi:"):
             path = next(p for p in self.source["paths"] if "/llmapi/" in p)
-        where = self.source.get("tag") or self.source["commit"][:12]
+        # Files read from the search index each keep their own commit (source.commits).
+        commit = self.source.get("commits", {}).get(path, self.source["commit"])
+        where = self.source.get("tag") or commit[:12]
         return f"templates {self.version} ({self.source['repository']}@{where}:{path})"
 
     @property
@@ -83,6 +86,8 @@ def tables() -> dict[str, list[Table]]:
     out: dict[str, list[Table]] = {}
     for path in sorted(TABLES.glob("*.json")):
         raw = json.loads(path.read_text(encoding="utf-8"))
+        if raw["tool"] in ("LLM", "llmapi_template"):
+            continue  # the LLM-API tables: tests/contract/llmapi_check.py reads them
         t = Table(
             tool=raw["tool"],
             version=raw["version"],
@@ -337,14 +342,14 @@ def check_repository(
                     rep.problems.append(
                         f"{who}: {rel} sets {k}, which our {model} model.py never reads"
                     )
-        if model in TENSOR_MODELS and exact:
-            # runtime llmapi: tensorrt_llm is the LLM-API Python model (its own template).
-            llmapi = f"{model}/1/model.yaml" in files
-            template = f"llmapi:{model}" if llmapi else model
-            if template in exact[0].models:
-                rep.add(check_tensors(model, text, exact[0], template, who))
+        # runtime llmapi: tensorrt_llm is the LLM-API Python model, whose tensors
+        # tests/contract/llmapi_check.py compares with the llmapi template of each version.
+        llmapi = f"{model}/1/model.yaml" in files
+        if model in TENSOR_MODELS and exact and not llmapi:
+            if model in exact[0].models:
+                rep.add(check_tensors(model, text, exact[0], model, who))
             else:
-                rep.problems.append(f"{who}: {exact[0].cite} has no {template} model")
+                rep.problems.append(f"{who}: {exact[0].cite} has no {model} model")
         if model == "tensorrt_llm" and keys:
             for t in templates:
                 read = set(t.models["tensorrt_llm"]["parameters"])
@@ -396,11 +401,28 @@ def against(ngc: str) -> Against:
     return Against(ngc, NGC_TRTLLM[ngc])
 
 
+def check_converter_path(paths: list[str], d: str, table: Table, who: str) -> Report:
+    """The runtime looks for the converter at `paths` (relative to examples/, {dir} filled in):
+    the path the table was read from must be one of them, or the build finds no script."""
+    rep = Report()
+    upstream = table.source["paths"][0].removeprefix("examples/")
+    if upstream not in {p.format(dir=d) for p in paths}:
+        rep.problems.append(
+            f"{who}: {d}/convert_checkpoint.py is looked for at {paths}, but the converter is "
+            f"examples/{upstream} (checked against {table.cite})"
+        )
+    return rep
+
+
 def check_build_plan(plan: dict[str, Any], ag: Against, who: str) -> Report:
     rep = Report()
     tools = ag.tools
     v = ag.trtllm
     for step in plan.get("steps", []):
+        if step["name"] == "quantize" and not step["argv"][1].endswith("/quantize.py"):
+            # runtime llmapi pre-quantizes with Model Optimizer's own script, not
+            # TensorRT-LLM's examples/quantization/quantize.py: these tables do not apply.
+            continue
         if step["name"] == "quantize":
             for t in tools["quantize"]:
                 rep.add(check_argparse(step["argv"][2:], t, f"{who} quantize.py", v))
@@ -410,6 +432,7 @@ def check_build_plan(plan: dict[str, Any], ag: Against, who: str) -> Report:
             for d, argv in sorted(step["argvByDir"].items()):
                 for t in tools[f"convert_checkpoint-{d}"]:
                     rep.add(check_argparse(argv[2:], t, f"{who} {d}/convert_checkpoint.py", v))
+                    rep.add(check_converter_path(step["converterPaths"], d, t, who))
             for d, why in step["unsupported"].items():
                 if str(v) not in why:
                     rep.problems.append(f"{who}: refusal for {d} does not name {v}: {why}")
@@ -455,7 +478,8 @@ def main() -> None:
     for p in total.problems:
         print("  ", p)
     if total.trusted:
-        print("taken on the operator's rule, past the newest table:", sorted(total.trusted))
+        print("taken on the operator's rule (a table older than it lacks the value):",
+              sorted(total.trusted))
     if total.unchecked_choices:
         print("choices not resolvable from the source:", sorted(total.unchecked_choices))
 

@@ -6,10 +6,12 @@ each takes a value, its nargs and its choices; template parameter keys and place
 of the upstream code is kept.
 
     python -m tests.contract.extract --mirrors /work/.mirror
+    python -m tests.contract.extract --stored /tmp/stored   # the 1.2.0rc2 tables (STORED_FILES)
 
 `--mirrors` is a folder of bare git mirrors named ``<owner>+<name>/repo`` (what the session's
 `fetch` tool leaves); each source below names the mirror it is read from and the upstream
-repository its commit belongs to (a fork holds the same commit ids as its upstream).
+repository its commit belongs to (a fork holds the same commit ids as its upstream). `--stored`
+is a folder of single files read from the search index, ``<commit>/<path>``.
 
 Readers:
 - argparse scripts (convert_checkpoint.py, quantize.py, launch_triton_server.py, trtllm-build's
@@ -19,7 +21,8 @@ Readers:
 - trtllm-build's plugin options (tensorrt_llm/plugin/plugin.py): ``add_plugin_argument`` adds one
   option per PluginConfig field listed in ``cli_plugin_args``; str fields take a plugin dtype
   (``plugin_options`` / ``DEFAULT_PLUGIN_DTYPE_OPTIONS`` / ``PLUGIN_DTYPE_OPTIONS_MAP``, None
-  spelled "disable"), bool fields take enable/disable, other fields a value of their type.
+  spelled "disable"), bool fields take enable/disable, other fields a value of their type; since
+  PluginConfig became a pydantic model the dtype choices are each field's ``Literal[...]``.
 - tritonserver (src/command_line_parser.cc): each ``{OPTION_X, "name", Option::ArgKind`` entry.
 - config.pbtxt templates: the ``key:`` of every ``parameters`` block and every ``${name}``.
 """
@@ -82,6 +85,82 @@ TRTLLM_SNAPSHOTS = tuple(
         ("b171e879563ff0ba4eb35b94cf0e59a471e13d80", _LAIPAANG, "0.16.0.dev2024121000", False),
     )
 )
+
+# TensorRT-LLM files read from the session's search index (docs/contract.md, "Sources"): no
+# tree after December 2024 can be mirrored here, but the index stores single files of
+# NVIDIA/TensorRT-LLM's main branch, each at the commit that changed it. The newest stored
+# version of each file is main as of the index's last crawl: the newest stored version.py and
+# README.md (commit 7b437aaa, "release-1.2.0rc2" badge) both say 1.2.0rc2, so these tables are
+# filed under that pre-release (exact=False; each path keeps its own commit).
+# `--stored DIR` holds them as DIR/<commit>/<path> (argparse calls and PluginConfig fields
+# transcribed from the index's text; nothing of it is committed).
+STORED_VERSION = "1.2.0rc2"
+STORED_EVIDENCE = (
+    "newest stored tensorrt_llm/version.py (b35ac1b64368) and README.md (7b437aaa73bf) "
+    "of NVIDIA/TensorRT-LLM in the search index both say 1.2.0rc2"
+)
+STORED_FILES: dict[str, tuple[str, str]] = {
+    # table -> (path, commit), the newest stored version of each
+    "trtllm-build": (
+        "tensorrt_llm/commands/build.py",
+        "65f1d1536e18aea3380e6e270e00895a709333eb",
+    ),
+    "trtllm-build:plugin": (
+        "tensorrt_llm/plugin/plugin.py",
+        "c20322ffd3dc0740ca530c9fad989b22e64f6e06",
+    ),
+    "quantize": ("examples/quantization/quantize.py", "c8c6df08bd0ead54cd47f7973e1e425c28a174cd"),
+    "convert_checkpoint-gpt": (
+        "examples/models/core/gpt/convert_checkpoint.py",
+        "cb4c622cf5bb97009451f7f44609498a48a2b11d",
+    ),
+    "convert_checkpoint-llama": (
+        "examples/models/core/llama/convert_checkpoint.py",
+        "fd96a08bdc489f41f139b295935b10ed43652fa1",
+    ),
+    "convert_checkpoint-qwen": (
+        "examples/models/core/qwen/convert_checkpoint.py",
+        "65b31db1b401d3752b8ebe7c29093cbfb6af04b7",
+    ),
+    "convert_checkpoint-gemma": (
+        "examples/models/core/gemma/convert_checkpoint.py",
+        "fbbc05dd1445fb8545148cfcb51b8e2bdcf28cfa",
+    ),
+    "convert_checkpoint-phi": (
+        "examples/models/core/phi/convert_checkpoint.py",
+        "567239fcd40bda119965a3a8abf43856c63c9527",
+    ),
+    # falcon left models/core for models/contrib.
+    "convert_checkpoint-falcon": (
+        "examples/models/contrib/falcon/convert_checkpoint.py",
+        "b93e14ca093e446615f3009cae6ca5a33c4f2f56",
+    ),
+    # The Triton backend's launcher and templates, in TensorRT-LLM since 0.20.
+    "launch_triton_server": (
+        "triton_backend/scripts/launch_triton_server.py",
+        "0b06796b2c7895930fecff48a1e205ab14a19c51",
+    ),
+    "templates:tensorrt_llm": (
+        "triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt",
+        "2a9abd9536aa62ad3e4b9314be9286b1b1be523b",
+    ),
+    "templates:preprocessing": (
+        "triton_backend/all_models/inflight_batcher_llm/preprocessing/config.pbtxt",
+        "808059da341493bbf8deb9380aef745e4f546909",
+    ),
+    "templates:postprocessing": (
+        "triton_backend/all_models/inflight_batcher_llm/postprocessing/config.pbtxt",
+        "89fd9b74ab7ae753b4c6b3db25a400dca7ea54a0",
+    ),
+    "templates:tensorrt_llm_bls": (
+        "triton_backend/all_models/inflight_batcher_llm/tensorrt_llm_bls/config.pbtxt",
+        "bff88ea886779f832686acb3f165e2b919c95b77",
+    ),
+    "templates:ensemble": (
+        "triton_backend/all_models/inflight_batcher_llm/ensemble/config.pbtxt",
+        "2a9abd9536aa62ad3e4b9314be9286b1b1be523b",
+    ),
+}
 
 # tensorrtllm_backend release tags (templates and launcher moved into TensorRT-LLM after 0.19).
 BACKEND_TAGS = (
@@ -216,6 +295,8 @@ def plugin_options(source: str) -> dict[str, dict[str, Any]]:
     cli = names.get("cli_plugin_args")
     if cli is None:
         raise ValueError("plugin.py: no literal cli_plugin_args")
+    if "DEFAULT_PLUGIN_DTYPE_OPTIONS" not in names and "plugin_options" not in names:
+        return _pydantic_plugin_options(tree, cli)
     dtype_options = names.get("DEFAULT_PLUGIN_DTYPE_OPTIONS", names.get("plugin_options"))
     per_plugin: dict[str, list[Any]] = names.get("PLUGIN_DTYPE_OPTIONS_MAP", {})
     if dtype_options is None:
@@ -235,6 +316,53 @@ def plugin_options(source: str) -> dict[str, dict[str, Any]]:
             choices = per_plugin.get(name, dtype_options)
             choices = [c if c else "disable" for c in choices]
         elif kind == "bool":
+            choices = ["enable", "disable"]
+        else:
+            choices = None
+        options["--" + name] = {"value": True, "nargs": None, "choices": choices, "plugin": True}
+    return options
+
+
+def _literal_members(node: ast.AST, aliases: dict[str, ast.AST]) -> list[Any] | None:
+    """The members of a `Literal[...]` (through a module-level alias), else None."""
+    if isinstance(node, ast.Name) and node.id in aliases:
+        node = aliases[node.id]
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "Literal":
+        inner = node.slice
+        elts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+        return [ast.literal_eval(e) for e in elts]
+    return None
+
+
+def _pydantic_plugin_options(tree: ast.Module, cli: list[str]) -> dict[str, dict[str, Any]]:
+    """Since PluginConfig became a pydantic model (2025), add_plugin_argument() derives each
+    option from the field's annotation: an `Optional[Literal[...]]` (directly or through an
+    alias such as DefaultPluginDtype) gives its members as choices, None spelled "disable";
+    a plain `bool` gives enable/disable; anything else takes a value of that type."""
+    aliases = {
+        t.id: stmt.value
+        for stmt in tree.body
+        if isinstance(stmt, ast.Assign)
+        for t in stmt.targets
+        if isinstance(t, ast.Name)
+    }
+    config = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PluginConfig"
+    )
+    options: dict[str, dict[str, Any]] = {}
+    for stmt in config.body:
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        name = stmt.target.id
+        if name not in cli:
+            continue
+        ann = stmt.annotation
+        optional = isinstance(ann, ast.Subscript) and ast.unparse(ann.value) == "Optional"
+        members = _literal_members(ann.slice, aliases) if optional else None
+        choices: list[Any] | None
+        if members is not None:
+            choices = list(dict.fromkeys(m if m else "disable" for m in [*members, None]))
+        elif ast.unparse(ann) == "bool":
             choices = ["enable", "disable"]
         else:
             choices = None
@@ -384,6 +512,56 @@ def extract_trtllm(mirrors: Path, snap: Snapshot) -> None:
     _write(f"quantize-{snap.label}", _table("quantize", snap, [path], argparse_options(text)))
 
 
+def _stored_table(
+    tool: str, files: list[tuple[str, str]], options: dict[str, Any]
+) -> dict[str, Any]:
+    commit0 = files[0][1]
+    return {
+        "tool": tool,
+        "version": STORED_VERSION,
+        "exact": False,
+        "source": {
+            "repository": TRTLLM,
+            "commit": commit0,
+            "paths": [p for p, _ in files],
+            "commits": {p: c for p, c in files},
+            "read_from": "search index (stored file versions of the main branch)",
+            "version_evidence": STORED_EVIDENCE,
+        },
+        "options": dict(sorted(options.items())),
+    }
+
+
+def extract_stored(stored: Path) -> None:
+    """The tables of the files in STORED_FILES, read from `stored`/<commit>/<path>."""
+
+    def text(key: str) -> str:
+        path, commit = STORED_FILES[key]
+        return (stored / commit / path).read_text(encoding="utf-8")
+
+    build = argparse_options(text("trtllm-build"))
+    build.update(plugin_options(text("trtllm-build:plugin")))
+    files = [STORED_FILES["trtllm-build"], STORED_FILES["trtllm-build:plugin"]]
+    _write(f"trtllm-build-{STORED_VERSION}", _stored_table("trtllm-build", files, build))
+    for tool in STORED_FILES:
+        if tool.startswith(("trtllm-build", "templates:")):
+            continue
+        table = _stored_table(tool, [STORED_FILES[tool]], argparse_options(text(tool)))
+        if tool == "launch_triton_server":
+            table["tritonserver_flags"] = _launcher_flags(text(tool), table["options"])
+        _write(f"{tool}-{STORED_VERSION}", table)
+    keys = [k for k in STORED_FILES if k.startswith("templates:")]
+    templates = _stored_table("templates", [STORED_FILES[k] for k in keys], {})
+    del templates["options"]
+    templates["models"] = {k.split(":", 1)[1]: template_facts(text(k)) for k in keys}
+    _write(f"templates-{STORED_VERSION}", templates)
+
+
+def _launcher_flags(text: str, options: dict[str, Any]) -> list[str]:
+    """The tritonserver flags the launcher itself writes (literal "--x" strings, "=" cut off)."""
+    return sorted(set(re.findall(r"""['"](--[a-z][a-z0-9-]+)""", text)) - set(options))
+
+
 def extract_backend(mirrors: Path, tag: str) -> None:
     git = Git(mirrors, "triton-inference-server+tensorrtllm_backend")
     commit = git.commit(tag)
@@ -392,10 +570,7 @@ def extract_backend(mirrors: Path, tag: str) -> None:
     launcher = "scripts/launch_triton_server.py"
     text = git.show(commit, launcher) or ""
     table = _table("launch_triton_server", snap, [launcher], argparse_options(text))
-    # The tritonserver flags the launcher itself writes (literal "--x" strings, "=" cut off).
-    table["tritonserver_flags"] = sorted(
-        set(re.findall(r"""['"](--[a-z][a-z0-9-]+)""", text)) - set(table["options"])
-    )
+    table["tritonserver_flags"] = _launcher_flags(text, table["options"])
     table["source"]["tag"] = tag
     _write(f"launch_triton_server-{label}", table)
     models: dict[str, Any] = {}
@@ -434,8 +609,13 @@ def extract_server(mirrors: Path, branch: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mirrors", type=Path, required=True)
+    parser.add_argument("--mirrors", type=Path)
+    parser.add_argument("--stored", type=Path, help="files read from the search index")
     args = parser.parse_args()
+    if args.stored:
+        extract_stored(args.stored)
+    if not args.mirrors:
+        return
     for snap in TRTLLM_SNAPSHOTS:
         extract_trtllm(args.mirrors, snap)
     for tag in BACKEND_TAGS:

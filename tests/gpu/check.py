@@ -26,6 +26,10 @@ leader and worker `tritonllm launch` each in its own network namespace of this h
 SSH between them, world/2 ranks and GPUs per pod; the checks add the group's start (login check,
 hostfile, rank map), each rank in its pod, and the group's drain.
 
+With --on llmapi (tests/gpu/llmapi.py), runtime llmapi instead: the rendered llmapi repository
+and launch plan, with a SIMULATED LLM API computing a Llama (Llama-2-7B's architecture, random
+weights) tensor parallel on the GPUs, its answers checked against transformers, unsharded.
+
 Prints one `check ok|FAIL <name>: <detail>` line per check and writes figures.json to --out;
 exits 1 when a check failed.
 """
@@ -788,7 +792,19 @@ def main() -> int:
     ap.add_argument("--on", default="gpu",
                     help="one stack each, comma-separated: gpu or cpu (where the stand-in "
                     "computes; cpu: gloo), +stream (serving.streaming: decoupled), +nopool "
-                    "(no CUDA memory pool in tritonserver); e.g. gpu,cpu,gpu+stream")
+                    "(no CUDA memory pool in tritonserver); e.g. gpu,cpu,gpu+stream; llmapi: "
+                    "runtime llmapi with the LLM-API stand-in (a Llama in PyTorch, tests/gpu/"
+                    "llmapi.py)")
+    ap.add_argument("--llmapi-layers", type=int, default=None,
+                    help="llmapi: decoder layers of the Llama-2-7B architecture (default 32)")
+    ap.add_argument("--llmapi-tokens", type=int, default=16,
+                    help="llmapi: tokens compared with the reference per prompt")
+    ap.add_argument("--llmapi-max-tokens", type=int, default=32,
+                    help="llmapi: max_tokens of each `tritonllm bench` request")
+    ap.add_argument("--llmapi-model-py", type=Path, default=None,
+                    help="llmapi: serve this model.py instead of the rendered one (to try a "
+                    "change to the product's model on GPUs; the figures then are not the "
+                    "product's)")
     ap.add_argument("--pods", type=int, default=1, choices=(1, 2),
                     help="2: the multi-node launch of a LeaderWorkerSet group, leader and worker "
                     "each in a network namespace of this host, world/2 ranks (and GPUs) each; "
@@ -826,27 +842,17 @@ def main() -> int:
     tokenizer = make_tokenizer(install, args.work / "tokenizer")
     vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
 
-    say(f"\n== build (tp={world}, gpu.product={label})")
-    engine = build(dep, args.work / "build", pyz, check, len(gpus), args.expect_product)
-    meta = args.work / "build" / "trtllm-metadata"
-    base_env = {"PYTHONPATH": os.pathsep.join([str(meta), os.environ.get("PYTHONPATH", "")])}
-
-    if args.pods == 1:
-        say("\n== launch refusals")
-        refusals(dep, args.work / "refusals", pyz, engine, OnGpus(engine, base_env), install,
-                 check)
     report.update(figures=[], metrics={}, ready_seconds={}, memory={})
-    group = pods.make_group(EXAMPLE, args.pods, world // args.pods,
-                            wrap=len(gpus) if args.share_gpus else None) \
-        if args.pods > 1 else None
-    if group is None:
-        stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
-               check)
-    else:
-        with pods.pod_network(group, args.work / "pods", args.pod_uid):
-            say(f"\n== two pods: {[(p.name, p.address, p.visible) for p in group.pods]}")
-            stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
-                   check, group, mpi_keys(args.carry, args.work))
+    tags = args.on.split(",")
+    if "llmapi" in tags:  # runtime llmapi: no engine, its own stack (tests/gpu/llmapi.py)
+        from tests.gpu import llmapi
+
+        check.guarded("[llmapi] stack", llmapi.run, install, world, pyz, gpus, args, report,
+                      check, say)
+        args.on = ",".join(t for t in tags if t != "llmapi")
+    if args.on:
+        engine_path(args, dep, world, label, gpus, install, pyz, tokenizer, vocab, report,
+                    check)
 
     say("\n== figures (stand-in figures, NOT TensorRT-LLM)")
     for device, seconds in report["ready_seconds"].items():
@@ -860,6 +866,34 @@ def main() -> int:
     for name in check.failed:
         say(f"  failed: {name}")
     return 1 if check.failed else 0
+
+
+def engine_path(args: argparse.Namespace, dep: TritonLLMDeployment, world: int, label: str,
+                gpus: list[tuple[int, str, str]], install: TritonInstall, pyz: Path,
+                tokenizer: Path, vocab: dict[str, int], report: dict[str, Any],
+                check: Checks) -> None:
+    """The engine runtime's stacks: build, refusals, then each --on stack."""
+    say(f"\n== build (tp={world}, gpu.product={label})")
+    engine = build(dep, args.work / "build", pyz, check, len(gpus), args.expect_product)
+    meta = args.work / "build" / "trtllm-metadata"
+    base_env = {"PYTHONPATH": os.pathsep.join([str(meta), os.environ.get("PYTHONPATH", "")])}
+
+    if args.pods == 1:
+        say("\n== launch refusals")
+        refusals(dep, args.work / "refusals", pyz, engine, OnGpus(engine, base_env), install,
+                 check)
+    group = pods.make_group(EXAMPLE, args.pods, world // args.pods,
+                            wrap=len(gpus) if args.share_gpus else None) \
+        if args.pods > 1 else None
+    if group is None:
+        stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
+               check)
+    else:
+        with pods.pod_network(group, args.work / "pods", args.pod_uid):
+            say(f"\n== two pods: {[(p.name, p.address, p.visible) for p in group.pods]}")
+            stacks(install, world, engine, base_env, tokenizer, pyz, vocab, gpus, args, report,
+                   check, group, mpi_keys(args.carry, args.work))
+
 
 
 def stacks(install: TritonInstall, world: int, engine: Path, base_env: dict[str, str],

@@ -8,13 +8,22 @@ import yaml
 from tests.cases import BASE, EXAMPLES, INVALID, Invalid, cr
 from tritonllm.api.deployment import InvalidDeployment, gpu_architecture, parse_deployment
 from tritonllm.api.spec import RULE_SITES, quantity_bytes
-from tritonllm.api.versions import TrtllmVersion, image_tag, version_for_image
+from tritonllm.api.versions import (
+    NEWER_THAN_ENGINE_PATH_RE,
+    NGC_TAG_AFTER_ENGINE_PATH_RE,
+    NGC_TRTLLM,
+    TrtllmVersion,
+    default_runtime,
+    has_engine_path,
+    image_tag,
+    version_for_image,
+)
 
 
 def test_minimal_cr_gets_every_default() -> None:
     dep = parse_deployment(BASE)
     s = dep.spec
-    assert s.runtime == "engine"
+    assert s.runtime == "engine"  # 24.09 has the engine path
     assert s.engine.parallelism.tensor == 1 and s.engine.parallelism.pipeline == 1
     assert s.engine.limits.maxBatchSize == 64
     assert s.serving.batching == "inflight_fused_batching"
@@ -139,3 +148,63 @@ def test_version_ordering() -> None:
 )
 def test_gpu_architecture(product: str, arch: str | None) -> None:
     assert gpu_architecture(product) == arch
+
+
+NGC = "nvcr.io/nvidia/tritonserver"
+
+
+@pytest.mark.parametrize(
+    ("spec", "runtime"),
+    [
+        ({"image": f"{NGC}:24.09-trtllm-python-py3"}, "engine"),  # what it always was
+        ({"image": f"{NGC}:26.07-trtllm-python-py3"}, "engine"),  # the last with the engine path
+        ({"image": f"{NGC}:26.08-trtllm-python-py3", "trtllmVersion": "1.3.0"}, "llmapi"),
+        ({"image": "registry.local/triton:next", "trtllmVersion": "1.3.0"}, "llmapi"),
+        ({"image": "registry.local/triton:next", "trtllmVersion": "1.2.1"}, "engine"),
+        ({"image": f"{NGC}:26.08-trtllm-python-py3", "runtime": "engine",
+          "trtllmVersion": "1.2.1"}, "engine"),  # an explicit choice the version allows
+        ({"image": f"{NGC}:25.10-trtllm-python-py3", "runtime": "llmapi"}, "llmapi"),
+    ],
+)
+def test_an_empty_runtime_resolves_by_the_images_version(spec: dict, runtime: str) -> None:
+    obj = cr(spec)
+    if "runtime" not in spec:
+        obj["spec"].pop("runtime", None)
+    dep = parse_deployment(obj)
+    assert dep.spec.runtime == runtime
+
+
+def test_an_upgrade_resolves_every_engine_deployment_of_today_to_the_engine_runtime() -> None:
+    """Every image tag we know with the engine path, with runtime left out, resolves to engine:
+    what the CRD's old default stored, so an operator upgrade changes no running deployment."""
+    for release, version in NGC_TRTLLM.items():
+        image = f"{NGC}:{release}-trtllm-python-py3"
+        assert default_runtime(image, None) == "engine", release
+        assert default_runtime("registry.local/t:x", version) == "engine", version
+
+
+def test_the_cel_patterns_agree_with_the_python_version_test() -> None:
+    """The admission rule (CEL regexes) and the operator (version comparison) refuse the same
+    engine deployments."""
+    import re
+
+    versions = [f"{a}.{b}.{c}" for a in (0, 1, 2, 10) for b in (0, 2, 3, 13) for c in (0, 1, 2, 10)]
+    versions += ["1.2.1.post1", "1.2.1.2510", "1.3", "1.2", "0.19.0", "1.10.0rc1", "2.0"]
+    for v in versions:
+        newer = re.search(NEWER_THAN_ENGINE_PATH_RE, v) is not None
+        assert newer == (has_engine_path("x", v) is False), v
+    for yy in range(24, 31):
+        for mm in range(1, 13):
+            image = f"{NGC}:{yy}.{mm:02d}-trtllm-python-py3"
+            for ref in (image, image + "@sha256:" + "a" * 64):
+                after = re.search(NGC_TAG_AFTER_ENGINE_PATH_RE, ref) is not None
+                assert after == (has_engine_path(ref, None) is False), ref
+    assert re.search(NGC_TAG_AFTER_ENGINE_PATH_RE, "127.0.0.1:5000/t:26.07-trtllm-python-py3") is None
+
+
+@pytest.mark.parametrize(("runtime", "metric"), [("engine", "queueComputeRatio"),
+                                                  ("llmapi", "backendWaitingRequests")])
+def test_the_autoscaling_metric_defaults_by_runtime(runtime: str, metric: str) -> None:
+    dep = parse_deployment(cr({"runtime": runtime, "autoscaling": {"maxReplicas": 2},
+                               "image": f"{NGC}:25.10-trtllm-python-py3"}))
+    assert dep.spec.autoscaling is not None and dep.spec.autoscaling.metric == metric

@@ -64,8 +64,14 @@ def test_standin_context_stages_the_cpu_standin_and_fakes() -> None:
     files = images.standin_files(ROOT)
     for rel in ("images/triton-standin/Dockerfile", "images/triton-standin/packages.txt",
                 "images/triton-standin/fakes/trtllm-build",
+                "images/triton-standin/fakes/trtllm-llmapi-launch",
+                "images/triton-standin/fakes/tensorrt_llm/llmapi/llm.py",
+                f"tests/contract/tables/llm_args-{images.STANDIN_TRTLLM}.json",
                 "tests/triton/standin/tensorrt_llm_cpu_standin.py"):
         assert rel in files, rel
+    # The Dockerfile copies the LLM API table of the image's TensorRT-LLM, which is staged.
+    dockerfile = (ROOT / "images/triton-standin/Dockerfile").read_text()
+    assert "COPY tests/contract/tables/llm_args-${TRTLLM_VERSION}.json" in dockerfile
     assert not [f for f in files if f.startswith("operator/")]
 
 

@@ -186,6 +186,46 @@ def test_cpu_standin() -> None:
     assert pbtxt(r.repository["tensorrt_llm/config.pbtxt"]).model_transaction_policy.decoupled
 
 
+def test_cpu_standin_llmapi() -> None:
+    """The real-node llmapi example: the fetch Job (no GPU) placed where the node-local store
+    claim is, model.yaml loading the seeded checkpoint itself (not the key's directory, which
+    holds only the fetch's step markers), one tritonserver holding both stand-in GPUs."""
+    import yaml
+
+    r = render_example("cpu-standin-llmapi")
+    assert r.build_job["metadata"]["name"].startswith("tritonllm-download-")
+    job = r.build_job["spec"]["template"]["spec"]
+    assert job["nodeSelector"] == {"kubernetes.io/hostname": "real-0"}
+    real = {"key": "tritonllm.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    assert real in job["tolerations"] and "affinity" not in job
+    assert c.GPU_RESOURCE not in container(r.build_job, "build")["resources"].get("limits", {})
+    assert [s["kind"] for s in r.build_plan["steps"]] == ["local"]
+    llm = yaml.safe_load(r.repository["tensorrt_llm/1/model.yaml"])
+    assert llm["model"] == llm["tokenizer"] == "/store/models/tiny-gpt2"
+    assert llm["tensor_parallel_size"] == 2 and llm["backend"] == "pytorch"
+    argv = r.launch_plan["argv"]
+    assert argv[0].endswith("/tritonserver") and r.launch_plan["worldSize"] == 2
+    assert container(r.one("Deployment"))["resources"]["limits"][c.GPU_RESOURCE] == "2"
+    assert r.repository_job["spec"]["template"]["spec"]["nodeSelector"] == job["nodeSelector"]
+
+
+@pytest.mark.parametrize(("cpu", "memory", "requests"), [
+    ("1", "4Gi", {"cpu": "1", "memory": "4Gi"}),
+    ("500m", "2Gi", {"cpu": "500m", "memory": "2Gi"}),
+    ("8", "64Gi", {"cpu": "1", "memory": "4Gi"}),
+])
+def test_a_download_requests_no_more_than_the_pod_template_allows(cpu, memory, requests) -> None:
+    """The fetch Job's pod (no GPU) asks for one CPU and 4 GiB at most, never more than the
+    pod template's figures: a memory request above its limit would be refused at admission,
+    and on a small node a CPU more than the serving pod's would keep it Pending."""
+    from tests.helpers import example
+    from tritonllm.render import render_all
+
+    dep = example("cpu-standin-llmapi", podTemplate={"resources": {"cpu": cpu, "memory": memory}})
+    res = container(render_all(dep).build_job, "build")["resources"]
+    assert res == {"requests": requests, "limits": {"memory": memory}}
+
+
 def test_repository_job_is_placed_only_when_the_pod_template_places_pods() -> None:
     """Examples without nodeSelector/tolerations keep a repository Job that runs anywhere."""
     spec = render_example("gpt2-medium").repository_job["spec"]["template"]["spec"]
@@ -200,7 +240,8 @@ def test_only_the_real_node_example_is_left_out_of_the_simulated_runs() -> None:
     from tritonllm_dev.demo import needs_real_node
 
     real = {p.stem for p in EXAMPLES if needs_real_node(yaml.safe_load(p.read_text()))}
-    assert real == {"cpu-standin", "cpu-standin-autoscaling", "cpu-standin-multinode"}
+    assert real == {"cpu-standin", "cpu-standin-autoscaling", "cpu-standin-multinode",
+                    "cpu-standin-llmapi", "cpu-standin-llmapi-multinode"}
     assert {p.stem for p in EXAMPLES} - {p.stem for p in SIMULATED_EXAMPLES} == real
 
 
@@ -216,3 +257,30 @@ def test_cpu_standin_multinode() -> None:
     argv = r.launch_plan["argv"]
     assert "--display-map" in argv and "--hostfile" in argv
     assert r.one("Service")["metadata"]["name"] == lws["metadata"]["name"]
+
+
+def test_cpu_standin_llmapi_multinode() -> None:
+    """The real-node llmapi group: the same two-pod group as the engine example (same size,
+    subdomain policy, SSH plan, non-root user), no engine build (the fetch Job needs no GPU),
+    every rank under trtllm-llmapi-launch, and model.yaml's tp 2 spanning the two pods."""
+    import yaml
+
+    r, engine = render_example("cpu-standin-llmapi-multinode"), render_example(
+        "cpu-standin-multinode")
+    lws, engine_lws = r.one("LeaderWorkerSet"), engine.one("LeaderWorkerSet")
+    for field in ("networkConfig", "startupPolicy"):
+        assert lws["spec"][field] == engine_lws["spec"][field]
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert r.launch_plan["ssh"] == engine.launch_plan["ssh"]
+    assert r.build_job["metadata"]["name"].startswith("tritonllm-download-")
+    argv = r.launch_plan["argv"]
+    segment = argv.index("-n")
+    assert argv[:segment] == engine.launch_plan["argv"][:segment]
+    assert argv[segment:segment + 4] == ["-n", "2", "trtllm-llmapi-launch",
+                                         "/opt/tritonserver/bin/tritonserver"]
+    llm = yaml.safe_load(r.repository["tensorrt_llm/1/model.yaml"])
+    assert llm["tensor_parallel_size"] == 2 and llm["pipeline_parallel_size"] == 1
+    for template in ("leaderTemplate", "workerTemplate"):
+        pod = lws["spec"]["leaderWorkerTemplate"][template]["spec"]
+        assert pod["securityContext"]["runAsUser"] == 1000
+        assert container(lws, template=template)["resources"]["limits"][c.GPU_RESOURCE] == "1"

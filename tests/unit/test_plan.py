@@ -80,7 +80,7 @@ class World:
             now=self.now,
             store=get("PersistentVolumeClaim", "tritonllm-model-store"),
             engine=engine,
-            build_job=get("Job", naming.build_job_name(r.engine_key)),
+            build_job=get("Job", r.build_job.name),  # build, download or quantize Job
             build_pods=self.obs.get("build_pods", []),
             build_stall=self.obs.get("build_stall"),
             repo_stall=self.obs.get("repo_stall"),

@@ -15,7 +15,7 @@ import pytest
 
 from tests.cases import EXAMPLES
 from tests.fake_trtllm import GPU_NAME, FakeImage, image, relocate, write_plan
-from tests.helpers import example_body, render_example
+from tests.helpers import example, example_body, render_example
 from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, render_all
 from tritonllm.runtime import report
@@ -157,8 +157,11 @@ def prepared(img: FakeImage, name: str) -> tuple[Rendered, dict[str, Any]]:
 
 
 def engine_examples() -> list[str]:
+    """Examples that build an engine (llmapi's quantized checkpoints: test_runtime_quantize)."""
     return [
-        p.stem for p in EXAMPLES if render_example(p.stem).build_plan.get("engineDir")
+        p.stem for p in EXAMPLES
+        if render_example(p.stem).build_plan.get("engineDir")
+        and example(p.stem).spec.runtime == "engine"
     ]
 
 
@@ -302,7 +305,12 @@ def test_build_refuses_an_engine_directory_of_another_key(image: FakeImage) -> N
 
 
 @pytest.mark.parametrize(
-    ("arch", "converter"), [("GPT2LMHeadModel", "gpt"), ("LlamaForCausalLM", "models/core/llama")]
+    ("arch", "converter"),
+    [
+        ("GPT2LMHeadModel", "gpt"),
+        ("LlamaForCausalLM", "models/core/llama"),
+        ("FalconForCausalLM", "models/contrib/falcon"),
+    ],
 )
 def test_build_with_fake_trtllm_tools_maps_architecture_auto_through_converters(
     image: FakeImage, arch: str, converter: str

@@ -910,3 +910,70 @@ def test_the_leader_ends_its_group_once_its_own_ranks_have_drained(tmp_path: Pat
     finally:
         mpirun.kill()
     assert group.ended
+
+
+# --- an llmapi group: every rank under trtllm-llmapi-launch --------------------------------------
+
+LLMAPI_MULTI = "cpu-standin-llmapi-multinode"
+
+
+def test_llmapi_leader_runs_its_group_as_rendered_without_an_engine(
+    image: FakeImage, secret: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader of an llmapi group: no engine on the store (none is checked), the same login
+    check and hostfile as an engine group, then the rendered mpirun with trtllm-llmapi-launch."""
+    plan, _ = ready(image, LLMAPI_MULTI)
+    assert plan["runtime"] == "llmapi" and not Path(plan["engineDir"]).exists()
+    plan["ssh"] = {**plan["ssh"], "keyDir": str(secret)}
+    leader = f"{LLMAPI_MULTI}-0.{LLMAPI_MULTI}-0.default"
+    use_image_env(monkeypatch, image, LWS_LEADER_ADDRESS=leader, LWS_GROUP_SIZE="2")
+    monkeypatch.setattr(ssh, "probe", lambda host, port: "10.1.2.4")
+    logins: list[str] = []
+    monkeypatch.setattr(ssh, "login", lambda agent, address: logins.append(address))
+    assert launch.execute("leader", plan) == 0
+    assert logins == ["10.1.2.4"]
+    (call,) = image.calls("mpirun")
+    argv = call["argv"]
+    assert [Path(argv[0]).name, *argv[1:]] == plan["argv"]
+    assert "trtllm-llmapi-launch" in argv
+    hostfile = Path(argv[argv.index("--hostfile") + 1])
+    assert hostfile.read_text().splitlines() == [f"{socket.gethostname()} slots=1",
+                                                 "10.1.2.4 slots=1"]
+
+
+def test_an_llmapi_leader_drains_the_tritonserver_its_launcher_started(tmp_path: Path) -> None:
+    """Under trtllm-llmapi-launch the leader's ranks are launcher scripts: rank 0's runs
+    tritonserver in the background, rank 1's an LLM API worker. A stop goes to that tritonserver
+    only (signalled, the shell would die and orphan the server; the worker ending alone would
+    abort the group mid-drain); once it has drained, the group is ended through mpirun."""
+    server = tmp_path / "tritonserver"  # argv[0] is what names a process
+    server.write_text("")
+    script = tmp_path / "mpirun.py"
+    script.write_text(
+        "import os, signal, subprocess, sys, time\n"
+        "def rank(n, command):\n"
+        "    return subprocess.Popen(['bash', '-c', command],\n"
+        "                            env={**os.environ, 'OMPI_COMM_WORLD_RANK': str(n)})\n"
+        f"launcher = rank(0, '(exec -a {server} sleep 60) & wait; exit $?')\n"
+        "worker = rank(1, 'exec sleep 60')\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (worker.kill(), sys.exit(1)))\n"
+        "time.sleep(0.5)\n"
+        "print('ready', launcher.pid, worker.pid, flush=True)\n"
+        "launcher.wait()\n"
+        "time.sleep(60)  # the worker rank: mpirun waits for it\n"
+    )
+    mpirun = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert mpirun.stdout is not None
+        word, launcher, worker = mpirun.stdout.readline().split()
+        assert word == "ready"
+        group = launch.GroupDrain(timeout=10)
+        targets = group(mpirun.pid)
+        assert len(targets) == 1 and int(launcher) not in targets and int(worker) not in targets
+        cmdline = Path(f"/proc/{targets[0]}/cmdline").read_bytes().split(b"\0")[0]
+        assert cmdline.decode() == str(server)
+        os.kill(targets[0], signal.SIGTERM)  # what forward_signals does with the targets
+        assert mpirun.wait(timeout=10) == 1
+    finally:
+        mpirun.kill()
+    assert group.ended

@@ -394,3 +394,35 @@ def test_no_set_is_sent_to_a_verification_workload_the_deployment_does_not_contr
             assert sent == [] and not any(x.kind == "Pod" for x in kube.calls)
 
     asyncio.run(main())
+
+
+# --- what is asked ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("runtime", "path", "length"), [
+    ("engine", "/v2/models/ensemble/generate", "max_tokens"),
+    ("llmapi", "/v2/models/tensorrt_llm/generate", "sampling_param_max_tokens"),
+])
+def test_the_smoke_request_asks_each_runtimes_model_by_its_own_length_input(
+    monkeypatch: pytest.MonkeyPatch, runtime: str, path: str, length: str
+) -> None:
+    """The llmapi model reads its length from sampling_param_max_tokens: a `max_tokens` key
+    would reach it as an ignored request parameter, and an exact-answer check would see the LLM
+    API's default length instead of the set's."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    async def record(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, await request.json()))
+        return web.json_response({"text_output": "hello"})
+
+    spec = {"runtime": runtime, "image": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"}
+
+    async def main() -> None:
+        async with pod_server(monkeypatch, record):
+            kube, dep, verify = world(deployment(
+                spec=spec, smoke=[{"prompt": "hi", "maxTokens": 3}]))
+            run = await smoke_run(SmokeChecks(), kube, dep, verify, within=2.0)
+            assert [a.text for a in run.answers] == ["hello"]
+            assert seen == [(path, {"text_input": "hi", length: 3})]
+
+    asyncio.run(main())

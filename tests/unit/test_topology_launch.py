@@ -12,44 +12,60 @@ import pytest
 from tests.cases import ROOT, cr
 from tests.helpers import container, ranks
 from tritonllm.api import constants as c
-from tritonllm.api.deployment import parse_deployment
+from tritonllm.api.deployment import InvalidDeployment, parse_deployment
 from tritonllm.api.topology import Topology
 from tritonllm.render import Rendered, render_all
-from tritonllm.triton.launch import MpiSsh, launch_spec, mpirun_argv, rank_args, rsh_agent
+from tritonllm.triton.launch import (
+    TRTLLM_LLMAPI_LAUNCH,
+    MpiSsh,
+    launch_spec,
+    mpirun_argv,
+    rank_args,
+    rsh_agent,
+)
 
 
 def r_topology(r: Rendered) -> Topology:
     return Topology.from_wire(r.launch_plan)
 
 
+# TensorRT-LLM 0.21: both runtimes exist.
+LLMAPI_IMAGE = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
+
+
 def rendered(tensor: int, pipeline: int, per_node: int = 8, runtime: str = "engine") -> Rendered:
     spec = {"engine": {"parallelism": {"tensor": tensor, "pipeline": pipeline}},
             "gpu": {"perNode": per_node}, "runtime": runtime}
     if runtime == "llmapi":
-        spec["image"] = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
+        spec["image"] = LLMAPI_IMAGE
     return render_all(parse_deployment(cr(spec)))
 
 
 @pytest.mark.parametrize(
-    ("tp", "pp", "per_node", "runtime", "expect"),
+    ("tp", "pp", "per_node", "expect"),
     [
         # (world, GPUs per pod, pods per group, ranks per node, workload)
-        (1, 1, 8, "engine", (1, 1, 1, 1, "Deployment")),
-        (4, 1, 8, "engine", (4, 4, 1, 4, "Deployment")),
-        (1, 2, 8, "engine", (2, 2, 1, 2, "Deployment")),
-        (8, 2, 8, "engine", (16, 8, 2, 8, "LeaderWorkerSet")),
-        (4, 4, 4, "engine", (16, 4, 4, 4, "LeaderWorkerSet")),
-        (2, 1, 8, "llmapi", (2, 2, 1, 2, "Deployment")),
+        (1, 1, 8, (1, 1, 1, 1, "Deployment")),
+        (4, 1, 8, (4, 4, 1, 4, "Deployment")),
+        (1, 2, 8, (2, 2, 1, 2, "Deployment")),
+        (8, 2, 8, (16, 8, 2, 8, "LeaderWorkerSet")),
+        (4, 4, 4, (16, 4, 4, 4, "LeaderWorkerSet")),
+        (2, 1, 1, (2, 1, 2, 1, "LeaderWorkerSet")),
     ],
 )
 def test_topology_is_derived_once_from_the_spec(
-    tp: int, pp: int, per_node: int, runtime: str, expect: tuple[int, int, int, int, str]
+    tp: int, pp: int, per_node: int, expect: tuple[int, int, int, int, str]
 ) -> None:
-    t = Topology.derive(tensor=tp, pipeline=pp, gpus_per_node=per_node, runtime=runtime)
+    t = Topology.derive(tensor=tp, pipeline=pp, gpus_per_node=per_node)
     assert (t.world_size, t.gpus_per_pod, t.pods_per_group, t.ranks_per_node,
             t.workload_kind) == expect
     assert t.multi_node == (expect[2] > 1)
     assert Topology.from_wire(t.to_wire()) == t
+    # Both runtimes lay a world out alike: one pod when it fits a node, else a group.
+    for runtime in ("engine", "llmapi"):
+        spec = {"engine": {"parallelism": {"tensor": tp, "pipeline": pp}},
+                "gpu": {"perNode": per_node}, "runtime": runtime, "image": LLMAPI_IMAGE}
+        assert parse_deployment(cr(spec)).spec.topology == t
 
 
 @pytest.mark.parametrize(("tp", "pp"), [(4, 1), (1, 2), (8, 2)])
@@ -122,6 +138,74 @@ def test_llmapi_runs_one_tritonserver_without_mpirun() -> None:
     r = rendered(2, 1, runtime="llmapi")
     argv = r.launch_plan["argv"]
     assert argv[0].endswith("/tritonserver") and "mpirun" not in argv
+
+
+def test_llmapi_group_runs_every_rank_under_trtllm_llmapi_launch() -> None:
+    """Two pods of one GPU: the engine group's mpirun (hostfile, SSH agent, rank map), then one
+    segment of world-size ranks, each `trtllm-llmapi-launch <rank 0's tritonserver>`: the
+    launcher runs that command on rank 0 and the LLM API's worker on every other rank."""
+    r = rendered(2, 1, per_node=1, runtime="llmapi")
+    plan, engine = r.launch_plan, rendered(2, 1, per_node=1).launch_plan
+    argv = plan["argv"]
+    assert plan["runtime"] == "llmapi" and plan["podsPerGroup"] == 2 and plan["worldSize"] == 2
+    assert plan["ssh"] == engine["ssh"]  # the same login check, keys and hostfile
+    options = engine["argv"][:engine["argv"].index("-n")]
+    assert argv[:len(options)] == options and "--display-map" in options
+    spec = launch_spec(r_topology(r), runtime="llmapi", model_repository=r.repository_dir)
+    assert argv[len(options):] == ["-n", "2", TRTLLM_LLMAPI_LAUNCH, *rank_args(spec, 0)]
+    assert argv == mpirun_argv(spec)
+    assert ":" not in argv and ranks(argv) == 0  # one MPMD segment, not one per rank
+    assert argv[len(options) + 3] == "/opt/tritonserver/bin/tritonserver"
+    assert "--http-port=8000" in argv and not any(a.startswith("--load-model") for a in argv)
+    assert f"--model-repository={r.repository_dir}" in argv
+
+
+def test_llmapi_group_of_two_pods_with_two_ranks_each() -> None:
+    r = rendered(2, 2, per_node=2, runtime="llmapi")
+    argv = r.launch_plan["argv"]
+    assert argv[argv.index("-n"):argv.index("-n") + 3] == ["-n", "4", TRTLLM_LLMAPI_LAUNCH]
+    assert r.launch_plan["ranksPerNode"] == 2  # the hostfile's slots: ranks 0-1 on the leader
+    lws = r.workload
+    assert lws.kind == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    for template in ("leaderTemplate", "workerTemplate"):
+        limits = container(lws, template=template)["resources"]["limits"]
+        assert limits[c.GPU_RESOURCE] == "2"
+
+
+def test_llmapi_group_pods_are_the_engine_groups_pods() -> None:
+    """Same leader/worker roles, SSH Secret, probes on the leader only, and the NetworkPolicy
+    rule that opens every port between the group's pods (MPI between the ranks, and the ports
+    TensorRT-LLM's workers use to reach rank 0), nothing else."""
+    r, engine = rendered(2, 1, per_node=1, runtime="llmapi"), rendered(2, 1, per_node=1)
+    for template in ("leaderTemplate", "workerTemplate"):
+        ours, theirs = container(r.workload, template=template), container(engine.workload,
+                                                                            template=template)
+        assert ours["command"] == theirs["command"]
+        assert ("ports" in ours) == ("ports" in theirs) == (template == "leaderTemplate")
+        assert any(m["name"] == "mpi-ssh" for m in ours["volumeMounts"])
+    policy = r.network_policy
+    assert policy is not None and policy == engine.network_policy
+    group = [rule for rule in policy["spec"]["ingress"] if "ports" not in rule]
+    assert group == [{"from": [{"podSelector": policy["spec"]["podSelector"]}]}]
+    assert r.verify_workload is not None and r.verify_workload.kind == "LeaderWorkerSet"
+
+
+def test_llmapi_on_one_node_keeps_one_tritonserver() -> None:
+    r = rendered(4, 2, per_node=8, runtime="llmapi")
+    assert r.workload.kind == "Deployment"
+    assert TRTLLM_LLMAPI_LAUNCH not in r.launch_plan["argv"] and r.launch_plan["ssh"] is None
+
+
+def test_a_multi_node_llmapi_deployment_cannot_run_as_root() -> None:
+    spec = {"runtime": "llmapi", "image": LLMAPI_IMAGE, "gpu": {"perNode": 1},
+            "engine": {"parallelism": {"tensor": 2, "pipeline": 1}}}
+    assert parse_deployment(cr(spec)).spec.topology.multi_node
+    with pytest.raises(InvalidDeployment) as exc:
+        parse_deployment(cr({**spec, "podTemplate": {"runAsUser": 0}}))
+    assert any(e.field.endswith("podTemplate.runAsUser") and "cannot run as root" in e.message
+               for e in exc.value.errors), exc.value.errors
+    one_node = {**spec, "gpu": {"perNode": 2}, "podTemplate": {"runAsUser": 0}}
+    assert not parse_deployment(cr(one_node)).spec.topology.multi_node  # root is fine there
 
 
 def test_only_triton_launch_builds_mpirun_command_lines() -> None:

@@ -292,6 +292,7 @@ def test_llmapi_repository() -> None:
         "kv_cache_config": {"free_gpu_memory_fraction": 0.8, "enable_block_reuse": False,
                             "max_tokens": 4096, "max_attention_window": [2048]},
         "scheduler_config": {"capacity_scheduler_policy": "MAX_UTILIZATION"},
+        "enable_iter_perf_stats": True,
         "triton_config": {"max_batch_size": 0, "decoupled": True},
     }
 

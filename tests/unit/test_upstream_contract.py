@@ -64,6 +64,7 @@ def test_the_tables_name_their_source_and_cover_the_versions_the_doc_lists() -> 
                 "NVIDIA/TensorRT-LLM",
                 "triton-inference-server/tensorrtllm_backend",
                 "triton-inference-server/server",
+                "NVIDIA/Model-Optimizer",  # hf_ptq.py, llmapi's quantization (hf_ptq_extract)
             ), t.cite
             assert re.fullmatch(r"[0-9a-f]{40}", s["commit"]), t.cite
             assert s["paths"], t.cite
@@ -182,3 +183,90 @@ def test_checker_compares_tensors_with_the_template_of_the_exact_version() -> No
     assert any("lacks the input input_lengths" in p for p in problems), problems  # required
     assert not any("random_seed" in p for p in problems), problems  # optional upstream
     assert any("end_id is TYPE_INT64, TYPE_INT32" in p for p in problems), problems
+
+
+# --- the main-branch snapshot read from the search index (1.2.0rc2) ---------------------------
+
+
+def test_a_release_candidate_ranks_between_the_dev_snapshots_and_its_release() -> None:
+    order = ["0.16.0.dev2024121000", "0.17.0", "1.1.0", "1.2.0rc2", "1.2.0", "1.2.1"]
+    assert sorted(reversed(order), key=check.version_key) == order
+    assert check.version_key("1.0.3.2510") > check.version_key("1.0.3")
+
+
+def test_the_versions_after_0_16_are_checked_against_the_1_2_0rc2_snapshot() -> None:
+    """0.17 ... 1.1 between the 0.16 main snapshot and 1.2.0rc2; 1.2.x against 1.2.0rc2 alone."""
+    for tag in ("25.01", "25.06", "25.12"):
+        tools = against(tag).tools
+        assert [t.version for t in tools["trtllm-build"]] == ["0.16.0.dev2024121000", "1.2.0rc2"]
+        assert [t.version for t in tools["convert_checkpoint-falcon"]][-1] == "1.2.0rc2"
+    assert [t.version for t in against("25.06").templates] == ["0.19.0", "1.2.0rc2"]
+    for tag in ("26.03", "26.07"):
+        ag = against(tag)
+        assert [t.version for t in ag.tools["quantize"]] == ["1.2.0rc2"]
+        assert "tools 1.2.0rc2(no newer table)" in ag.id
+    snap = _table("trtllm-build", "1.2.0rc2")
+    assert not snap.exact and "1.2.0rc2" in snap.source["version_evidence"]
+    assert set(snap.source["commits"]) == set(snap.source["paths"])
+
+
+def test_plugin_options_of_the_pydantic_plugin_config() -> None:
+    """Since PluginConfig became a pydantic model, add_plugin_argument() derives each option from
+    the field's annotation (tensorrt_llm/plugin/plugin.py at c20322ff)."""
+    from tests.contract.extract import plugin_options
+
+    source = (
+        'Dtype = Literal["auto", "float16", None]\n'
+        "class PluginConfig(BaseModel):\n"
+        '    dtype: str = Field(default="float16")\n'
+        '    gpt_attention_plugin: Optional[Dtype] = Field(default="auto")\n'
+        '    gemm_swiglu_plugin: Optional[Literal["fp8", None]] = Field(default=None)\n'
+        "    context_fmha: bool = Field(default=True)\n"
+        "    tokens_per_block: int = Field(default=32)\n"
+        "    paged_kv_cache: Optional[bool] = Field(default=None)\n"
+        'cli_plugin_args = ["gpt_attention_plugin", "gemm_swiglu_plugin", "context_fmha",\n'
+        '                   "tokens_per_block"]\n'
+    )
+    opts = plugin_options(source)
+    assert set(opts) == {
+        "--gpt_attention_plugin",
+        "--gemm_swiglu_plugin",
+        "--context_fmha",
+        "--tokens_per_block",
+    }
+    assert opts["--gpt_attention_plugin"]["choices"] == ["auto", "float16", "disable"]
+    assert opts["--gemm_swiglu_plugin"]["choices"] == ["fp8", "disable"]
+    assert opts["--context_fmha"]["choices"] == ["enable", "disable"]
+    assert opts["--tokens_per_block"]["choices"] is None and opts["--tokens_per_block"]["value"]
+
+
+def test_the_snapshot_knows_what_trtllm_build_dropped_and_added_after_0_16() -> None:
+    t = _table("trtllm-build", "1.2.0rc2")
+    assert "--auto_parallel" in _table("trtllm-build", "0.16.0.dev2024121000").options
+    rep = check.check_argparse(
+        ["--auto_parallel", "2", "--gemm_plugin", "nvfp4", "--paged_state", "on"], t, "c"
+    )
+    assert any("unknown option --auto_parallel" in p for p in rep.problems), rep.problems
+    assert any("--paged_state on is not one of" in p for p in rep.problems), rep.problems
+    assert not any("--gemm_plugin" in p for p in rep.problems), rep.problems
+
+
+def test_checker_reports_a_converter_the_runtime_would_not_find() -> None:
+    falcon = _table("convert_checkpoint-falcon", "1.2.0rc2")
+    assert falcon.source["paths"] == ["examples/models/contrib/falcon/convert_checkpoint.py"]
+    old_layout = ["{dir}/convert_checkpoint.py", "models/core/{dir}/convert_checkpoint.py"]
+    rep = check.check_converter_path(old_layout, "falcon", falcon, "c")
+    assert any("examples/models/contrib/falcon/convert_checkpoint.py" in p for p in rep.problems)
+    ours = case("26.07", "seed-arch-falcon").rendered
+    assert ours is not None
+    step = next(s for s in ours.build_plan["steps"] if s["name"] == "convert")
+    assert check.check_converter_path(step["converterPaths"], "falcon", falcon, "c").problems == []
+
+
+def test_phi_with_pipeline_parallelism_is_refused_naming_the_version() -> None:
+    """phi's converter takes --pp_size but asserts it is 1 (0.11.0.dev2024062500 ... 1.2.0rc2)."""
+    for tag in ("24.07", "25.01", "26.07"):
+        c = case(tag, "seed-arch-phi3-tp2-pp2")
+        assert c.refused is not None, tag
+        assert NGC_TRTLLM[tag] in str(c.refused) and "pipeline 1" in str(c.refused)
+    assert case("26.07", "seed-arch-phi3").rendered is not None

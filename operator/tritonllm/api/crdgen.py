@@ -161,6 +161,13 @@ PRINTER_COLUMNS: list[Schema] = [
         "description": "Serving replicas",
     },
     {
+        "name": "Runtime",
+        "type": "string",
+        "jsonPath": ".status.runtime",
+        "priority": 1,
+        "description": "engine or llmapi (spec.runtime, or the one the image's version implies)",
+    },
+    {
         "name": "Engine",
         "type": "string",
         "jsonPath": ".status.engine.key",

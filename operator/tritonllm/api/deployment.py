@@ -21,6 +21,8 @@ from .spec import (
     DNS_LABEL_PATTERN,
     GPU_PRODUCT_PATTERN,
     IMAGE_PATTERN,
+    LLMAPI_FORMAT_SINCE,
+    MODELOPT_CALIB_DATASETS,
     MODELOPT_FORMATS,
     NO_NUL_PATTERN,
     ONE_LINE_PATTERN,
@@ -40,8 +42,8 @@ from .toolflags import (
     converter_problems,
 )
 from .versions import (
+    LLMAPI_ITER_STATS_SINCE,
     LLMAPI_SINCE,
-    NEWEST_ENGINE_PATH,
     OLDEST_SUPPORTED,
     TrtllmVersion,
     version_for_image,
@@ -208,6 +210,47 @@ def gpu_architecture(product: str) -> str | None:
     return None
 
 
+def _llmapi_quantization_errors(
+    spec: TritonLLMDeploymentSpec, version: TrtllmVersion
+) -> list[FieldError]:
+    """A quantization format the image's PyTorch backend cannot load yet (spec's
+    LLMAPI_FORMAT_SINCE); the formats it never loads are the spec's Rule."""
+    q = spec.engine.quantization
+    out = []
+    since = LLMAPI_FORMAT_SINCE.get(q.format)
+    if since is not None and version < TrtllmVersion(since):
+        out.append(FieldError(
+            "spec.engine.quantization.format",
+            f"runtime llmapi loads {q.format} checkpoints from TensorRT-LLM {since} (its PyTorch "
+            f"backend loads only fp8 and nvfp4 before); the image has {version}: use fp8, or a "
+            "newer image (tritonserver:25.09+)",
+        ))
+    if q.calibrationDataset and q.calibrationDataset not in MODELOPT_CALIB_DATASETS:
+        out.append(FieldError(
+            "spec.engine.quantization.calibrationDataset",
+            "runtime llmapi calibrates with ModelOpt's hf_ptq.py, whose --dataset takes one of "
+            f"{', '.join(MODELOPT_CALIB_DATASETS)} (no path)",
+        ))
+    return out
+
+
+def _llmapi_metric_errors(
+    spec: TritonLLMDeploymentSpec, version: TrtllmVersion
+) -> list[FieldError]:
+    """The backend's metrics of runtime llmapi come from the LLM API's iteration statistics,
+    which LLM() takes as an argument (enable_iter_perf_stats) only from 0.21."""
+    scaling = spec.autoscaling
+    if (spec.runtime != "llmapi" or scaling is None or version >= LLMAPI_ITER_STATS_SINCE
+            or scaling.metric not in ("backendWaitingRequests", "kvCacheUtilization")):
+        return []
+    return [FieldError(
+        "spec.autoscaling.metric",
+        f"runtime llmapi exports the backend's request and KV-cache metrics from TensorRT-LLM "
+        f"{LLMAPI_ITER_STATS_SINCE} on (tritonserver:25.08+); the image has {version}: use "
+        "metric cpu or a newer image",
+    )]
+
+
 def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
     errors: list[FieldError] = []
     version = resolve_trtllm_version(spec)
@@ -229,15 +272,7 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     f"({OLDEST_SUPPORTED}); use tritonserver:24.04-trtllm-python-py3 or newer",
                 )
             )
-        if spec.runtime == "engine" and version > NEWEST_ENGINE_PATH:
-            errors.append(
-                FieldError(
-                    "spec.runtime",
-                    f"TensorRT-LLM {version} has no engine (trtllm-build) path; the last release "
-                    f"with it is {NEWEST_ENGINE_PATH} (tritonserver:26.07): use runtime llmapi "
-                    "or an older image",
-                )
-            )
+        # runtime engine after the engine path: the spec's Rule (admission) refuses it.
         if spec.runtime == "llmapi" and version < LLMAPI_SINCE:
             errors.append(
                 FieldError(
@@ -246,16 +281,11 @@ def _semantic_errors(spec: TritonLLMDeploymentSpec) -> list[FieldError]:
                     f"the image has {version}: use runtime engine or a newer image",
                 )
             )
+        errors += _llmapi_metric_errors(spec, version)
         if spec.runtime == "engine":
             errors += _tool_errors(spec, version)
-    if spec.runtime == "llmapi" and spec.world_size > spec.gpu.perNode:
-        errors.append(
-            FieldError(
-                "spec.engine.parallelism",
-                "runtime llmapi runs on one node here: tensor x pipeline must be <= gpu.perNode "
-                "(use runtime engine for multi-node serving)",
-            )
-        )
+        else:
+            errors += _llmapi_quantization_errors(spec, version)
     errors += _gpu_errors(spec) + _image_errors(spec) + _shape_errors(spec)
     if spec.podTemplate.shmSize and re.fullmatch(QUANTITY_PATTERN, spec.podTemplate.shmSize):
         from .spec import quantity_bytes
@@ -490,6 +520,6 @@ def parse_deployment(obj: dict[str, Any]) -> TritonLLMDeployment:
         dep = _resolve_auto(dep)
         errors = [FieldError(v.field, v.message) for v in rule_violations(dep.spec)]
         errors += _semantic_errors(dep.spec)
-        if errors:  # e.g. runtime llmapi (one node) for a model that needs several
+        if errors:  # e.g. a chosen multi-node layout with podTemplate.runAsUser 0
             raise InvalidDeployment(errors)
     return dep

@@ -13,7 +13,27 @@ rank (one GPU):
     KV tokens   = freeGpuMemFraction x (memory - weights - workspace) / KV per token
 
 which is how TensorRT-LLM sizes its paged KV cache: kv_cache_free_gpu_mem_fraction of the memory
-left once the engine is loaded. A layout *fits* when that KV cache holds the requested tokens:
+left once the engine is loaded.
+
+Runtime llmapi (the LLM API's PyTorch backend) has no engine and no TensorRT workspace. It loads
+the checkpoint (ModelOpt-quantized for engine.quantization: lm_head stays unquantized, ModelOpt's
+exclude_modules), runs one profiling forward pass of max_num_tokens, and gives the KV cache
+free_gpu_memory_fraction of what that pass left: KvCacheCreator._cal_max_tokens in
+tensorrt_llm/_torch/pyexecutor/_util.py, (total - peak + the profiling KV cache) x fraction,
+peak being torch plus non-torch memory after weights and activations. So, per rank:
+
+    weights     = layers/pp x (attention + MLP parameters)/tp x bytes per weight
+                  + (embedding + LM head)/tp (both column-parallel over tp in the PyTorch
+                  models, e.g. LlamaModel.embed_tokens: TensorParallelMode.COLUMN)
+    activations = maxNumTokens x (4 hidden + 3 intermediate/tp) x activation bytes
+                  + maxBatchSize x beams x vocabulary x 4 (float32 logits, gathered to the
+                  whole vocabulary on every rank) + RUNTIME_OVERHEAD
+    KV tokens   = freeGpuMemFraction x (memory - weights - activations) / KV per token
+
+The KV cache is one byte a value with an fp8 KV cache (kvCacheDtype fp8), else the dtype's.
+engine.dtype stands for the checkpoint's dtype, which the LLM API loads as it is.
+
+A layout *fits* when that KV cache holds the requested tokens:
 serving.kvCache.maxTokens when set, else maxBatchSize x beams x maxSeqLen (every sequence at
 full length, what guaranteed_no_evict reserves), with maxSeqLen capped by
 maxAttentionWindowSize. `choose` picks the smallest tp (then pp, then nodes) that fits.
@@ -179,6 +199,7 @@ class Request:
     window: int | None = None
     max_tokens: int | None = None  # serving.kvCache.maxTokens
     fraction: float = 0.9
+    runtime: str = "engine"  # llmapi: the PyTorch backend's arithmetic (module docstring)
 
     @property
     def sequence_tokens(self) -> int:
@@ -206,6 +227,7 @@ def request_from_spec(spec: Any) -> Request:
         max_batch=eng.limits.maxBatchSize, max_seq=eng.limits.maxSeqLen,
         max_num_tokens=eng.limits.maxNumTokens, beams=eng.limits.maxBeamWidth,
         window=kv.maxAttentionWindowSize, max_tokens=kv.maxTokens, fraction=kv.freeGpuMemFraction,
+        runtime=spec.runtime,
     )
 
 
@@ -239,6 +261,12 @@ class Fit:
     kv_per_token: float
     fraction: float
     requested: int  # KV tokens asked for
+    runtime: str = "engine"
+
+    @property
+    def work(self) -> str:
+        """What `workspace` holds: TensorRT's workspace, or the LLM API's activation peak."""
+        return "activations" if self.runtime == "llmapi" else "workspace"
 
     @property
     def free(self) -> float:
@@ -268,18 +296,22 @@ def compute(arch: Architecture, req: Request, memory: int, tensor: int, pipeline
     """The per-rank arithmetic of one layout (the module docstring has the formulas)."""
     stage_layers = math.ceil(arch.layers / pipeline)
     act = _DTYPE_BYTES[req.dtype]
-    embed = (arch.vocab + arch.positions) * arch.hidden * act
+    llmapi = req.runtime == "llmapi"
+    # The PyTorch models split the embedding over tp; TensorRT engines replicate it.
+    embed = (arch.vocab + arch.positions) * arch.hidden * act / (tensor if llmapi else 1)
     head = arch.vocab * arch.hidden * act / tensor
     edges = embed + head if pipeline == 1 else max(embed, head)
     weights = stage_layers * arch.layer_params() * weight_bytes(req) / tensor + edges
     moe = 2 if arch.experts > 1 else 1  # top-2 routing: two experts' activations per token
     per_token = (4 * arch.hidden + 3 * moe * arch.intermediate / tensor) * act
-    logits = req.max_batch * req.beams * arch.vocab / tensor * 4
+    # float32 logits: the engine's per tp rank, the PyTorch LM head's gathered on every rank
+    logits = req.max_batch * req.beams * arch.vocab / (1 if llmapi else tensor) * 4
     workspace = req.max_num_tokens * per_token + logits + RUNTIME_OVERHEAD
     kv_bytes = 1 if req.kv_dtype in ("int8", "fp8") else act
     kv = 2 * stage_layers * math.ceil(arch.kv_heads / tensor) * arch.head_dim * kv_bytes
     nodes = max(1, world_size(tensor, pipeline) // per_node)
-    return Fit(tensor, pipeline, nodes, memory, weights, workspace, kv, req.fraction, req.tokens)
+    return Fit(tensor, pipeline, nodes, memory, weights, workspace, kv, req.fraction, req.tokens,
+               req.runtime)
 
 
 def shape_problems(arch: Architecture, tensor: int, pipeline: int,
@@ -336,11 +368,11 @@ def refusal(fit: Fit, req: Request, product: str, better: Fit | None) -> str:
     """Why `fit` does not fit, with the arithmetic, and what would."""
     mem = f"{product}'s {gib(fit.memory)}"
     if fit.free <= 0:
-        why = (f"weights {gib(fit.weights)} + workspace {gib(fit.workspace)} per GPU exceed "
+        why = (f"weights {gib(fit.weights)} + {fit.work} {gib(fit.workspace)} per GPU exceed "
                f"{mem}")
     else:
         need = fit.requested * fit.kv_per_token
-        why = (f"weights {gib(fit.weights)} + workspace {gib(fit.workspace)} + KV {gib(need)} at "
+        why = (f"weights {gib(fit.weights)} + {fit.work} {gib(fit.workspace)} + KV {gib(need)} at "
                f"{req.tokens_text} > {fit.fraction:g} x {gib(fit.free)} left of {mem}: the KV "
                f"cache holds {fit.kv_tokens:,} tokens ({fit.kv_per_token / 1024:.0f} KiB each)")
     fixes = [f"{better.layout} fits (engine.parallelism, or parallelism.auto: true)"] \

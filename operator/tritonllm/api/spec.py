@@ -11,11 +11,25 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from . import constants as c
 from .base import ApiModel, Rule
 from .topology import Topology, world_size
+from .versions import (
+    ENGINE_PATH_REMOVED,
+    NEWER_THAN_ENGINE_PATH_RE,
+    NEWEST_ENGINE_RELEASE,
+    NGC_TAG_AFTER_ENGINE_PATH_RE,
+    default_runtime,
+    has_engine_path,
+)
 
 # --- reusable field types -------------------------------------------------------------------
 
@@ -141,6 +155,23 @@ FORMATS_NEEDING_16BIT = ("int4_awq", "w4a8_awq", "int8_wo", "int4_wo", "fp8", "n
 MODELOPT_FORMATS = ("int4_awq", "w4a8_awq", "int8_sq", "fp8", "nvfp4")
 # Formats whose quantize.py run takes --awq_block_size.
 AWQ_FORMATS = ("int4_awq", "w4a8_awq")
+# What runtime llmapi quantizes (ModelOpt's hf_ptq.py, unified Hugging Face export) and
+# TensorRT-LLM's PyTorch backend then loads (docs/source/features/quantization.md of
+# NVIDIA/TensorRT-LLM at 09d4c79b: FP8 per tensor, W4A16 AWQ, W4A8 AWQ, NVFP4; FP8 the only
+# KV-cache one).
+LLMAPI_FORMATS = ("none", "fp8", "int4_awq", "w4a8_awq", "nvfp4")
+LLMAPI_KV_DTYPES = ("none", "fp8")
+# Before 1.0 the PyTorch backend loaded FP8 and NVFP4 checkpoints only (docs/source/torch.md of
+# 0.19.0 to 0.21.0: "supports FP8 and NVFP4 quantization"); 1.0.0's features/quantization.md
+# adds W4A16 and W4A8 AWQ.
+LLMAPI_FORMAT_SINCE: Final = {"int4_awq": "1.0.0", "w4a8_awq": "1.0.0"}
+# The calibration datasets hf_ptq.py --dataset knows (SUPPORTED_DATASET_CONFIG of
+# modelopt/torch/utils/dataset_utils.py, ModelOpt 0.37.0, which TensorRT-LLM 1.1 and 1.2 pin; it
+# refuses any other name, and takes no path).
+MODELOPT_CALIB_DATASETS: Final = (
+    "open_code_reasoning", "open_math_reasoning", "llama-nemotron-post-training-dataset",
+    "magpie", "cnn_dailymail", "pile", "pg19", "wikipedia", "c4",
+)
 AWQ_BLOCK_DEFAULT: Final = 128
 CALIBRATION_SIZE_DEFAULT: Final = 512
 
@@ -302,24 +333,31 @@ class ModelSource(ApiModel):
 
 
 class Quantization(ApiModel):
-    """Weight and KV-cache quantization applied while building the engine."""
+    """Weight and KV-cache quantization applied while building the engine (runtime engine), or
+    by a ModelOpt Job into a pre-quantized checkpoint that the LLM API loads (runtime llmapi)."""
 
     format: QuantFormat = "none"
     """none (weights in engine.dtype); int8_wo/int4_wo (weight-only, convert_checkpoint);
     int4_awq/w4a8_awq/int8_sq/fp8/nvfp4 (ModelOpt quantize.py with calibration). fp8 and
-    w4a8_awq need Ada/Hopper or newer, nvfp4 needs Blackwell."""
+    w4a8_awq need Ada/Hopper or newer, nvfp4 needs Blackwell. Runtime llmapi: fp8, int4_awq,
+    w4a8_awq or nvfp4 (the AWQ ones from TensorRT-LLM 1.0), which a GPU Job quantizes with
+    ModelOpt's hf_ptq.py into a Hugging Face checkpoint on the store (cached by its inputs like
+    an engine) that model.yaml then loads."""
     awqBlockSize: Literal[64, 128] = AWQ_BLOCK_DEFAULT
     """Group size for AWQ formats (quantize.py --awq_block_size)."""
     kvCacheDtype: Literal["none", "int8", "fp8"] = "none"
     """KV-cache quantization; none keeps the model dtype. With format none, int8_wo or int4_wo
     the model's convert_checkpoint.py does it, and not every one can (fp8: llama since 0.12;
     int8: gpt, llama, qwen, and gemma from 0.13; neither for phi and falcon): the operator refuses
-    what the image's version lacks. The ModelOpt formats quantize the KV cache in any version."""
+    what the image's version lacks. The ModelOpt formats quantize the KV cache in any version.
+    Runtime llmapi: fp8 or none (hf_ptq.py --kv_cache_qformat)."""
     calibrationSize: int = Field(default=CALIBRATION_SIZE_DEFAULT, ge=1, le=65536)
     """Number of calibration samples for the ModelOpt formats (--calib_size)."""
     calibrationDataset: DatasetPath | None = None
     """Calibration dataset (Hub id or a path under the model store); empty uses the tool's
-    default (cnn_dailymail), which needs Hub access from the build Job."""
+    default (cnn_dailymail), which needs Hub access from the build Job. Runtime llmapi: one of
+    ModelOpt's dataset names (hf_ptq.py --dataset: cnn_dailymail, pile, pg19, wikipedia, c4,
+    magpie, ...)."""
 
     # Options of one family of formats are refused with another (they would be ignored, or
     # passed to a tool that has no such flag). Their defaults are in the schema, so only a value
@@ -619,6 +657,10 @@ METRIC_VALUE_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
 PROMETHEUS_URL_PATTERN = r"^https?://[^\s/?#\x00-\x1f\x7f]+(/[^\s?#\x00-\x1f\x7f]*)?$"
 
 
+# The default of fields a model validator fills in before validation (Any: never read as is).
+_FILLED_BY_VALIDATOR: Any = None
+
+
 class AutoscalingSpec(ApiModel):
     """Autoscaling of the serving workload through its scale subresource (a multi-node group
     scales as a unit): a HorizontalPodAutoscaler on metrics served by prometheus-adapter, or a
@@ -635,8 +677,12 @@ class AutoscalingSpec(ApiModel):
     in front of the serving pods that holds requests while the first replica starts."""
     maxReplicas: int = Field(ge=1, le=1000)
     """Most replicas."""
-    metric: AutoscalingMetric = "queueComputeRatio"
-    """queueComputeRatio: Triton queue time / compute time of the tensorrt_llm model;
+    # Filled by TritonLLMDeploymentSpec's validator: the default depends on the runtime.
+    metric: AutoscalingMetric = Field(default=_FILLED_BY_VALIDATOR, validate_default=False)
+    """Empty: queueComputeRatio on runtime engine, backendWaitingRequests on llmapi (whose
+    model hands every request to the LLM at once, so Triton's own queue and compute times and
+    its pending count say nothing there; both are refused on llmapi).
+    queueComputeRatio: Triton queue time / compute time of the tensorrt_llm model;
     pendingRequests: Triton's nv_inference_pending_request_count (requests queue in Triton only
     when the backend stops taking them); backendWaitingRequests: requests the TensorRT-LLM
     backend holds but has not scheduled (nv_trt_llm_request_metrics waiting); kvCacheUtilization:
@@ -673,21 +719,23 @@ class AutoscalingSpec(ApiModel):
             field="minReplicas",
         ),
         Rule(
-            cel="self.metric != 'cpu' || self.autoscaler == 'HPA'",
+            cel="!has(self.metric) || self.metric != 'cpu' || self.autoscaler == 'HPA'",
             message="autoscaling.metric cpu works with autoscaler: HPA only; with KEDA pick a "
             "Triton metric (pendingRequests, queueComputeRatio, kvCacheUtilization)",
             check=lambda s: s.metric != "cpu" or s.autoscaler == "HPA",
             field="metric",
         ),
         Rule(
-            cel="self.metric != 'cpu' || self.target.matches('^[1-9][0-9]{0,3}$')",
+            cel="!has(self.metric) || self.metric != 'cpu' || "
+            "self.target.matches('^[1-9][0-9]{0,3}$')",
             message="autoscaling.target for metric cpu is a utilization percentage: a whole "
             "number from 1 to 9999 such as 80 (not 500m, 0.5 or 0)",
             check=lambda s: s.metric != "cpu" or bool(re.fullmatch(r"[1-9][0-9]{0,3}", s.target)),
             field="target",
         ),
         Rule(
-            cel="self.metric == 'cpu' || !self.target.matches('^[0.]*m?$')",
+            cel="(has(self.metric) && self.metric == 'cpu') || "
+            "!self.target.matches('^[0.]*m?$')",
             message="autoscaling.target must be above 0 (the average per pod to keep)",
             check=lambda s: s.metric == "cpu" or not re.fullmatch(r"[0.]*m?", s.target),
             field="target",
@@ -940,6 +988,17 @@ class PodTemplate(ApiModel):
     )
 
 
+# spec.runtime in CEL as the validator resolves it: the CRD has no default for it (the choice
+# depends on the image), so a rule that reads it must resolve an absent one the same way.
+AFTER_ENGINE_PATH_CEL: Final = (
+    f"(has(self.trtllmVersion) ? self.trtllmVersion.matches(r'{NEWER_THAN_ENGINE_PATH_RE}') : "
+    f"self.image.matches(r'{NGC_TAG_AFTER_ENGINE_PATH_RE}'))"
+)
+RUNTIME_CEL: Final = (
+    f"(has(self.runtime) ? self.runtime : ({AFTER_ENGINE_PATH_CEL} ? 'llmapi' : 'engine'))"
+)
+
+
 class TritonLLMDeploymentSpec(ApiModel):
     """The desired state of a TritonLLMDeployment."""
 
@@ -951,9 +1010,17 @@ class TritonLLMDeploymentSpec(ApiModel):
     (a mirror, a digest, a custom build). Empty derives it from the tag."""
     model: ModelSource
     """The model and its tokenizer."""
-    runtime: Literal["engine", "llmapi"] = "engine"
-    """engine: build a TensorRT engine and serve it with the inflight_batcher_llm model set.
-    llmapi: no build; Triton's llmapi Python model loads the checkpoint (TensorRT-LLM >= 0.19)."""
+    # Typed as never empty: the validator below fills it before any field is read (the schema
+    # still lets users leave it out; no default there, the choice depends on the image).
+    runtime: Literal["engine", "llmapi"] = Field(
+        default=_FILLED_BY_VALIDATOR, validate_default=False
+    )
+    """llmapi: no engine build; Triton's llmapi Python model serves the checkpoint with
+    TensorRT-LLM's LLM API (PyTorch backend; TensorRT-LLM >= 0.19, NGC 25.05+): the forward
+    path, and the only one after TensorRT-LLM 1.2.1 (NGC 26.07). engine: build a TensorRT engine
+    and serve it with the inflight_batcher_llm model set (TensorRT-LLM <= 1.2.1). Empty: llmapi
+    when the image's TensorRT-LLM has no engine path, else engine; status.runtime shows the
+    choice."""
     engine: EngineSpec = Field(default_factory=EngineSpec)
     """Engine build settings (parallelism also applies to llmapi)."""
     serving: ServingSpec = Field(default_factory=ServingSpec)
@@ -972,7 +1039,37 @@ class TritonLLMDeploymentSpec(ApiModel):
     """How changes reach the serving pods: verified on a pod of the new revision before traffic
     moves (default), or at once."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_runtime(cls, data: Any) -> Any:
+        """An empty runtime becomes the one the image's TensorRT-LLM version implies, before
+        anything reads it (so spec.runtime is never None after validation)."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("runtime") is None:
+            image, version = data.get("image"), data.get("trtllmVersion")
+            if isinstance(image, str) and (version is None or isinstance(version, str)):
+                try:
+                    data = {**data, "runtime": default_runtime(image, version)}
+                except ValueError:  # a malformed trtllmVersion: its own field error says so
+                    return data
+        scaling = data.get("autoscaling")
+        if isinstance(scaling, dict) and scaling.get("metric") is None:
+            llmapi = data.get("runtime") == "llmapi"
+            metric = "backendWaitingRequests" if llmapi else "queueComputeRatio"
+            data = {**data, "autoscaling": {**scaling, "metric": metric}}
+        return data
+
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"!has(self.runtime) || self.runtime != 'engine' || !{AFTER_ENGINE_PATH_CEL}",
+            message=f"runtime engine: {ENGINE_PATH_REMOVED}. Use runtime llmapi (or leave "
+            "runtime empty: it then picks llmapi for this image; docs/migration.md maps each "
+            f"engine field), or an image up to tritonserver:{NEWEST_ENGINE_RELEASE}",
+            check=lambda s: s.runtime != "engine"
+            or has_engine_path(s.image, s.trtllmVersion) is not False,
+            field="runtime",
+        ),
         Rule(
             cel="self.engine.parallelism.tensor * self.engine.parallelism.pipeline <= "
             "self.gpu.perNode || (self.engine.parallelism.tensor * "
@@ -1000,15 +1097,14 @@ class TritonLLMDeploymentSpec(ApiModel):
             field="engine.parallelism.tensor",
         ),
         Rule(
-            cel="self.runtime != 'engine' || self.engine.parallelism.tensor * "
-            "self.engine.parallelism.pipeline <= self.gpu.perNode || "
-            "self.podTemplate.runAsUser != 0",
+            # Either runtime: an llmapi group starts its ranks over the same sshd.
+            cel="self.engine.parallelism.tensor * self.engine.parallelism.pipeline <= "
+            "self.gpu.perNode || self.podTemplate.runAsUser != 0",
             message="a multi-node deployment cannot run as root (podTemplate.runAsUser 0): its "
             "sshd would need SYS_CHROOT, SETUID and SETGID, which the pods drop; use a non-root "
             "uid such as 1000",
             check=lambda s: (
-                s.runtime != "engine"
-                or s.engine.parallelism.world_size <= s.gpu.perNode
+                s.engine.parallelism.world_size <= s.gpu.perNode
                 or s.podTemplate.runAsUser != 0
             ),
             field="podTemplate.runAsUser",
@@ -1021,14 +1117,38 @@ class TritonLLMDeploymentSpec(ApiModel):
             field="engine.parallelism.auto",
         ),
         Rule(
-            cel="self.runtime != 'llmapi' || self.engine.quantization.format == 'none'",
-            message="runtime llmapi loads checkpoints as they are: engine.quantization.format "
-            "must be none (use a pre-quantized checkpoint, or runtime engine)",
-            check=lambda s: s.runtime != "llmapi" or s.engine.quantization.format == "none",
+            # llmapi quantizes with ModelOpt into a checkpoint the PyTorch backend loads; the
+            # other formats (and an int8 KV cache) exist only for TensorRT engines.
+            cel=f"{RUNTIME_CEL} != 'llmapi' || (self.engine.quantization.format in "
+            f"{list(LLMAPI_FORMATS)} && self.engine.quantization.kvCacheDtype in "
+            f"{list(LLMAPI_KV_DTYPES)} && (self.engine.quantization.format != 'none' || "
+            "self.engine.quantization.kvCacheDtype == 'none'))",
+            message="runtime llmapi serves checkpoints that ModelOpt pre-quantizes in a format "
+            "TensorRT-LLM's PyTorch backend loads: engine.quantization.format must be one of "
+            f"{', '.join(LLMAPI_FORMATS)} and kvCacheDtype one of {', '.join(LLMAPI_KV_DTYPES)}, "
+            "fp8 only with a format other than none (ModelOpt calibrates the KV cache with the "
+            "weights); int8_wo, int4_wo, int8_sq and an int8 KV cache need runtime engine",
+            check=lambda s: s.runtime != "llmapi" or (
+                s.engine.quantization.format in LLMAPI_FORMATS
+                and s.engine.quantization.kvCacheDtype in LLMAPI_KV_DTYPES
+                and (s.engine.quantization.format != "none"
+                     or s.engine.quantization.kvCacheDtype == "none")
+            ),
             field="engine.quantization.format",
         ),
         Rule(
-            cel="self.runtime != 'llmapi' || !self.serving.bls",
+            cel=f"{RUNTIME_CEL} != 'llmapi' || !has(self.autoscaling) || "
+            "!has(self.autoscaling.metric) || "
+            "!(self.autoscaling.metric in ['queueComputeRatio', 'pendingRequests'])",
+            message="autoscaling.metric queueComputeRatio and pendingRequests read Triton's own "
+            "queue, which runtime llmapi leaves at once (the LLM API queues and batches inside "
+            "the model): use backendWaitingRequests (the default there) or kvCacheUtilization",
+            check=lambda s: s.runtime != "llmapi" or s.autoscaling is None
+            or s.autoscaling.metric not in ("queueComputeRatio", "pendingRequests"),
+            field="autoscaling.metric",
+        ),
+        Rule(
+            cel=f"{RUNTIME_CEL} != 'llmapi' || !self.serving.bls",
             message="serving.bls needs runtime engine (llmapi has a single Python model)",
             check=lambda s: s.runtime != "llmapi" or not s.serving.bls,
             field="serving.bls",
@@ -1072,7 +1192,6 @@ class TritonLLMDeploymentSpec(ApiModel):
             tensor=par.tensor,
             pipeline=par.pipeline,
             gpus_per_node=self.gpu.perNode,
-            runtime=self.runtime,
         )
 
 

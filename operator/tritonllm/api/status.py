@@ -198,6 +198,9 @@ class TritonLLMDeploymentStatus(ApiModel):
     """Short reason of the current state (the reason of Degraded, Progressing or Available)."""
     parallelism: str | None = None
     """tp x pp, for `kubectl get`."""
+    runtime: str | None = None
+    """The runtime that serves it: engine or llmapi (spec.runtime, or for an empty
+    spec.runtime the one the image's TensorRT-LLM version implies: llmapi after 1.2.1)."""
     fit: FitStatus | None = None
     """The fit planner's table: weights, workspace and KV cache per GPU for the layouts it
     computed and the one served (unset when it knows the model's architecture or the GPU

@@ -5,8 +5,10 @@ Every boundary here was read off the option tables extracted from the upstream s
 option or the value. The tables reach TensorRT-LLM 0.9.0 and 0.10.0 exactly and 0.11 ... 0.16 as
 main-branch snapshots just before each release; a boundary that falls between a snapshot and the
 release is set to the release whose older neighbour lacks the option (the conservative side).
-Past 0.16 no upstream tree is reachable from here, so what holds at 0.16 is assumed to go on
-holding, except where a rule below names a later version (nvfp4).
+Past 0.16 no release tree is reachable from here; the newest files the search index stores are
+main at 1.2.0rc2 (NVIDIA/TensorRT-LLM, each file at its own commit, docs/contract.md), so 0.17 ...
+1.1 sit between the 0.16 and 1.2.0rc2 snapshots and 1.2.x follows 1.2.0rc2. A rule that names a
+version between them (nvfp4: 0.17) is the release notes', confirmed present by 1.2.0rc2.
 
 The renderer (tritonllm.triton.build) writes command lines from these facts, and admission
 (tritonllm.api.deployment) refuses what a version cannot do, naming the version; the contract
@@ -34,7 +36,7 @@ MULTIPLE_PROFILES_SINCE: Final = _V("0.9.0")
 # --- quantize.py (ModelOpt) ------------------------------------------------------------------
 # --qformat values: the 0.9.0 ... 0.16 tables all list fp8, int8_sq, int4_awq, w4a8_awq (and
 # int8_wo/int4_wo, which we send through convert_checkpoint.py); none lists nvfp4, which came
-# with Blackwell support in 0.17 (not reachable from here: the rule is the release notes').
+# with Blackwell support in 0.17 (the release notes'; the 1.2.0rc2 snapshot lists it).
 QUANTIZE_FORMAT_SINCE: Final[dict[str, TrtllmVersion]] = {
     "fp8": OLDEST_SUPPORTED,
     "int8_sq": OLDEST_SUPPORTED,
@@ -73,6 +75,8 @@ class Converter:
     tp: str = "--tp_size"
     # None: the script has only a tensor-parallel size (pipeline parallelism must be 1).
     pp: str | None = "--pp_size"
+    # False: the script takes `pp` but asserts it is 1 before converting anything.
+    pipeline: bool = True
     # Before this version the script has no parallelism options at all (tp = pp = 1 only).
     parallel_since: TrtllmVersion = OLDEST_SUPPORTED
     # Weight-only flags: a switch and a precision option, or one option taking the precision.
@@ -106,9 +110,11 @@ CONVERTERS: Final[dict[str, Converter]] = {
             fixed=("--ckpt-type", "hf"),
         ),
         # phi: no parallelism and no weight-only options in 0.9.0/0.10.0 (0.11 dev has both);
-        # no KV-cache quantization option in any table.
+        # no KV-cache quantization option in any table. Its --pp_size is asserted to be 1 in
+        # every version that has it (0.11.0.dev2024062500 ... 1.2.0rc2).
         Converter(
             "phi",
+            pipeline=False,
             parallel_since=_V("0.11.0"),
             weight_only_since=_V("0.11.0"),
             int8_kv_since=None,
@@ -148,6 +154,14 @@ def converter_problems(
             (
                 "spec.engine.parallelism.pipeline",
                 f"{where} splits only by tensor parallelism ({conv.tp}); use pipeline 1",
+            )
+        )
+    elif pp > 1 and not conv.pipeline:
+        out.append(
+            (
+                "spec.engine.parallelism.pipeline",
+                f"{where} takes {conv.pp} but stops unless it is 1 (no pipeline "
+                "parallelism); use pipeline 1",
             )
         )
     if weight_only:

@@ -2,9 +2,10 @@
 
 World size = tensor x pipeline parallelism: one MPI rank per GPU. A world that fits one node
 (world size <= gpu.perNode) runs in one pod with world-size GPUs, under a Deployment. A larger one
-(engine runtime only) fills whole nodes: a LeaderWorkerSet whose groups have world/perNode pods of
-perNode GPUs each, one pod per node; the leader's mpirun starts perNode ranks on every pod of its
-group. The llmapi runtime runs one tritonserver (TensorRT-LLM spawns its own ranks) on one node.
+fills whole nodes: a LeaderWorkerSet whose groups have world/perNode pods of perNode GPUs each, one
+pod per node; the leader's mpirun starts perNode ranks on every pod of its group. Both runtimes
+share this layout: on one node the llmapi runtime runs one tritonserver (the LLM API spawns its
+own ranks), in a group every rank runs under `trtllm-llmapi-launch` (tritonllm.triton.launch).
 
 `TritonLLMDeploymentSpec.topology` derives it; the renderers, the planner and the handlers read it
 from there, and the launch plan carries it into the pod (`to_wire`/`from_wire`), which never
@@ -53,9 +54,9 @@ class Topology:
     workload_kind: str  # Deployment or LeaderWorkerSet
 
     @classmethod
-    def derive(cls, *, tensor: int, pipeline: int, gpus_per_node: int, runtime: str) -> Topology:
+    def derive(cls, *, tensor: int, pipeline: int, gpus_per_node: int) -> Topology:
         world = world_size(tensor, pipeline)
-        multi = runtime == "engine" and world > gpus_per_node
+        multi = world > gpus_per_node
         pods = world // gpus_per_node if multi else 1
         gpus = gpus_per_node if multi else world
         kind = LEADER_WORKER_SET if multi else DEPLOYMENT

@@ -91,10 +91,31 @@ class TrtllmVersion:
 
 
 # Oldest version we render templates for; the engine path exists up to the newest NGC release
-# listed (it was removed from TensorRT-LLM main in mid-2026); llmapi needs 0.19.
+# listed (TensorRT-LLM main removed it in July 2026: PR #15907 deleted Triton's C++
+# inflight_batcher_llm backend and its templates, #15918 the TensorRT Python modules); llmapi
+# needs 0.19.
 OLDEST_SUPPORTED: Final = TrtllmVersion("0.9.0")
 NEWEST_ENGINE_PATH: Final = TrtllmVersion("1.2.1")
+NEWEST_ENGINE_RELEASE: Final = "26.07"  # the last NGC Triton release with NEWEST_ENGINE_PATH
 LLMAPI_SINCE: Final = TrtllmVersion("0.19.0")
+# LLM() takes enable_iter_perf_stats (the llmapi model's metrics) from this version on.
+LLMAPI_ITER_STATS_SINCE: Final = TrtllmVersion("0.21.0")
+
+ENGINE_PATH_REMOVED: Final = (
+    f"TensorRT-LLM after {NEWEST_ENGINE_PATH} (NGC tritonserver after {NEWEST_ENGINE_RELEASE}) has "
+    "no engine path: upstream removed trtllm-build and Triton's inflight_batcher_llm backend "
+    "(TensorRT-LLM PR #15907, July 2026)"
+)
+
+# The same two tests as has_engine_path, for CEL at admission (RE2, unanchored `matches`):
+# a version after 1.2.1, and an NGC Triton TensorRT-LLM tag after 26.07. tests/unit check that
+# they agree with the Python functions.
+NEWER_THAN_ENGINE_PATH_RE: Final = (
+    r"^([2-9]|[1-9][0-9]+)\.|^1\.([3-9]|[1-9][0-9]+)([.]|$)|^1\.2\.([2-9]|[1-9][0-9]+)"
+)
+NGC_TAG_AFTER_ENGINE_PATH_RE: Final = (
+    r":((2[7-9]|[3-9][0-9])\.[0-9][0-9]|26\.(0[89]|1[0-2]))-trtllm-python-py3(@|$)"
+)
 
 
 def image_tag(image: str) -> str | None:
@@ -113,3 +134,28 @@ def version_for_image(image: str) -> TrtllmVersion | None:
     if not m or m.group(1) not in NGC_TRTLLM:
         return None
     return TrtllmVersion(NGC_TRTLLM[m.group(1)])
+
+
+def ngc_release(image: str) -> str | None:
+    """The NGC release (yy.mm) of an image whose tag is `<yy.mm>-trtllm-python-py3`, known to our
+    table or not; None for any other tag."""
+    tag = image_tag(image)
+    m = _NGC_TAG.match(tag) if tag else None
+    return m.group(1) if m else None
+
+
+def has_engine_path(image: str, trtllm_version: str | None) -> bool | None:
+    """Whether the image's TensorRT-LLM still has the engine path (trtllm-build and the
+    inflight_batcher_llm backend): from spec.trtllmVersion when set, else from an NGC tag (one
+    newer than our table is known to be after the removal); None when it cannot be told."""
+    if trtllm_version:
+        return not TrtllmVersion(trtllm_version) > NEWEST_ENGINE_PATH
+    release = ngc_release(image)
+    return None if release is None else release <= NEWEST_ENGINE_RELEASE
+
+
+def default_runtime(image: str, trtllm_version: str | None) -> str:
+    """The runtime an empty spec.runtime resolves to: llmapi where the engine path is gone,
+    engine otherwise (what every deployment resolved to before the choice existed, so an
+    operator upgrade changes no running deployment)."""
+    return "llmapi" if has_engine_path(image, trtllm_version) is False else "engine"

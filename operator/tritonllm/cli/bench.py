@@ -143,18 +143,24 @@ class Load:
     prompt: str = DEFAULT_PROMPT
     max_tokens: int = 64
     timeout: float = 300.0
+    # Runtime llmapi's model (tensorrt_llm, max_batch_size 0): sampling_param_max_tokens and
+    # streaming, shape [1]; bench() finds out from the model's config.
+    llmapi: bool = False
 
 
 def _inputs(grpcclient: Any, load: Load, stream: bool) -> list[Any]:
     import numpy as np
 
+    names = ("sampling_param_max_tokens", "streaming") if load.llmapi else ("max_tokens", "stream")
     tensors = []
     for name, dtype, value in (
         ("text_input", "BYTES", np.array([[load.prompt.encode()]], dtype=object)),
-        ("max_tokens", "INT32", np.array([[load.max_tokens]], dtype=np.int32)),
-        ("stream", "BOOL", np.array([[stream]], dtype=bool)),
+        (names[0], "INT32", np.array([[load.max_tokens]], dtype=np.int32)),
+        (names[1], "BOOL", np.array([[stream]], dtype=bool)),
     ):
-        t = grpcclient.InferInput(name, [1, 1], dtype)
+        if load.llmapi:
+            value = value.reshape(1)
+        t = grpcclient.InferInput(name, list(value.shape), dtype)
         t.set_data_from_numpy(value)
         tensors.append(t)
     return tensors
@@ -207,16 +213,26 @@ def _client_loop(address: str, load: Load, stream: bool, take: Callable[[], bool
         client.close()
 
 
-def is_decoupled(address: str, model: str) -> bool:
-    """Whether the model streams (model_transaction_policy.decoupled), asked of the server."""
+def _config(address: str, model: str) -> dict[str, Any]:
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(address)
     try:
-        config = client.get_model_config(model, as_json=True)["config"]
+        return dict(client.get_model_config(model, as_json=True)["config"])
     finally:
         client.close()
+
+
+def is_decoupled(address: str, model: str) -> bool:
+    """Whether the model streams (model_transaction_policy.decoupled), asked of the server."""
+    config = _config(address, model)
     return bool((config.get("model_transaction_policy") or {}).get("decoupled"))
+
+
+def takes_llmapi_inputs(address: str, model: str) -> bool:
+    """Whether the model is runtime llmapi's (sampling_param_max_tokens among its inputs)."""
+    return any(i.get("name") == "sampling_param_max_tokens"
+               for i in _config(address, model).get("input", []))
 
 
 def run_level(address: str, load: Load, concurrency: int, requests: int, stream: bool,
@@ -251,6 +267,7 @@ def bench(address: str, load: Load, levels: Sequence[int], requests: int,
           say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Every level against one target: the report (JSON-ready)."""
     stream = is_decoupled(address, load.model)
+    load = dataclasses.replace(load, llmapi=takes_llmapi_inputs(address, load.model))
     out: dict[str, Any] = {"target": address, "model": load.model, "streaming": stream,
                            "max_tokens": load.max_tokens, "prompt": load.prompt,
                            "requests_per_level": requests, "levels": []}
@@ -358,7 +375,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    "per client)")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request")
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--model", default="ensemble", help="ensemble or tensorrt_llm_bls")
+    p.add_argument("--model", default="ensemble",
+                   help="ensemble or tensorrt_llm_bls; tensorrt_llm for runtime llmapi")
     p.add_argument("--grpc-port", type=int, default=c.GRPC_PORT, help="for http:// targets")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON (- : stdout)")

@@ -41,7 +41,7 @@ from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.spec import SmokeRequest
 from tritonllm.k8s.client import Kube
 from tritonllm.plan import SmokeAnswer, SmokeRun, WorkloadObs, is_ours, judge
-from tritonllm.render.serving import model_name, template_revision
+from tritonllm.render.serving import max_tokens_input, model_name, template_revision
 
 log = logging.getLogger("tritonllm.smoke")
 
@@ -103,7 +103,8 @@ class SmokeChecks:
     async def _send(self, key: Key, dep: TritonLLMDeployment, target: str, pod: Obj) -> None:
         ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
         try:
-            answers = await send_set(ip, model_name(dep), dep.spec.rollout.smoke_set)
+            answers = await send_set(ip, model_name(dep), dep.spec.rollout.smoke_set,
+                                     length_input=max_tokens_input(dep))
         except Exception as exc:  # a fault of ours: said in the verdict, not lost with the task
             log.exception("%s/%s: smoke set not sent", *key)
             answers = (SmokeAnswer(None, None, 0.0, f"not sent: {type(exc).__name__}"),)
@@ -191,8 +192,8 @@ def set_deadline_seconds(requests: Sequence[SmokeRequest]) -> float:
     return sum(r.maxLatencySeconds for r in requests)
 
 
-async def send_set(ip: str, model: str, requests: Sequence[SmokeRequest]
-                   ) -> tuple[SmokeAnswer, ...]:
+async def send_set(ip: str, model: str, requests: Sequence[SmokeRequest], *,
+                   length_input: str = "max_tokens") -> tuple[SmokeAnswer, ...]:
     """The requests in order, within the set's deadline; it stops at the first answer that
     fails (the verdict is then known). The answers have their text cut to what judge reads."""
     loop = asyncio.get_running_loop()
@@ -202,7 +203,8 @@ async def send_set(ip: str, model: str, requests: Sequence[SmokeRequest]
         left = deadline - loop.time()
         if left <= 0:
             break
-        answer = await send(ip, model, request, seconds=min(request.maxLatencySeconds, left))
+        answer = await send(ip, model, request, seconds=min(request.maxLatencySeconds, left),
+                            length_input=length_input)
         keep = max(len(request.expectExact or request.expectPrefix or ""), KEEP_TEXT) + 1
         if answer.text is not None and len(answer.text) > keep:
             answer = SmokeAnswer(answer.status, answer.text[:keep], answer.seconds, answer.error)
@@ -213,12 +215,14 @@ async def send_set(ip: str, model: str, requests: Sequence[SmokeRequest]
 
 
 async def send(
-    ip: str, model: str, request: SmokeRequest, *, seconds: float | None = None
+    ip: str, model: str, request: SmokeRequest, *, seconds: float | None = None,
+    length_input: str = "max_tokens",
 ) -> SmokeAnswer:
     """One generate request (HTTP, the pod's own port), timed, given up after `seconds` (its
-    latency bound unless less is left of the set's deadline)."""
+    latency bound unless less is left of the set's deadline). `length_input` names the
+    model's length input (render.serving.max_tokens_input)."""
     url = f"http://{ip}:{c.HTTP_PORT}/v2/models/{model}/generate"
-    body = {"text_input": request.prompt, "max_tokens": request.maxTokens}
+    body = {"text_input": request.prompt, length_input: request.maxTokens}
     limit = request.maxLatencySeconds if seconds is None else seconds
     start = time.monotonic()
     try:

@@ -24,6 +24,7 @@ from tritonllm.api.engine import EngineFailure, TritonLLMEngineStatus
 from tritonllm.api.status import EngineAnchor
 from tritonllm.render import ObjectRef, Rendered
 from tritonllm.render.engine import engine_record
+from tritonllm.render.plans import has_artifact
 
 from .conditions import Cond
 from .observed import JobObs, Obj, Observed, build_report
@@ -162,7 +163,9 @@ def engine_step(
     rendered_digest = (rendered.launch_plan.get("engineDigest") or {}).get("engine")
     anchor = engine_anchor(body, rendered.engine_key, status)
     expected = anchor.digest if anchor is not None else status.digest
-    digest_rendered = rendered_digest == expected or dep.spec.runtime != "engine"
+    # Only what the build records in an artifact.json has a digest (an engine, a quantized
+    # llmapi checkpoint; not a plain download).
+    digest_rendered = rendered_digest == expected or not has_artifact(dep)
     if status.state == "Ready" and not digest_rendered:
         p.requeue(MIN_REQUEUE_SECONDS)  # the record's write brings a reconcile first, usually
     cached = is_cache_hit(status, uid)
@@ -172,7 +175,9 @@ def engine_step(
 
 
 def _what(dep: TritonLLMDeployment) -> str:
-    return "download" if dep.spec.runtime == "llmapi" else "build"
+    if dep.spec.runtime == "llmapi":
+        return "quantization" if dep.spec.engine.quantization.format != "none" else "download"
+    return "build"
 
 
 def _advance(
@@ -190,14 +195,15 @@ def _advance(
         p.build_result = "succeeded"
         # The engine's digest, from the build pod's own report: serving pods refuse an engine
         # on the store that is not this one (tritonllm.runtime.verified).
-        report = build_report(obs.build_job, obs.build_pods) if what == "build" else {}
+        report = build_report(obs.build_job, obs.build_pods) if has_artifact(dep) else {}
         unreported = " (it reported no engine digest: serving pods check the store's "
         unreported += "artifact.json only)"
         return status.model_copy(
             update={
                 "state": "Ready",
                 "builtAt": rfc3339(obs.now),
-                "message": f"{what} finished" + ("" if report or what != "build" else unreported),
+                "message": f"{what} finished"
+                + ("" if report or not has_artifact(dep) else unreported),
                 "builtFor": status.builtFor or uid,
                 "buildJob": None,
                 "digest": report.get("digest"),
@@ -307,5 +313,5 @@ def _condition(
         ctx = Context(dep.namespace, dep.spec.storage.claimName, dep.spec.gpu.product)
         message = explain(stall, rendered.build_job.name, _what(dep), ctx)
         return Cond(c.COND_ENGINE_READY, "False", stall.reason, message)
-    reason = r.BUILDING if _what(dep) == "build" else r.DOWNLOADING
+    reason = r.DOWNLOADING if _what(dep) == "download" else r.BUILDING
     return Cond(c.COND_ENGINE_READY, "False", reason, status.message or "")

@@ -193,6 +193,7 @@ def status_fields(
         "ready": f"{workload.ready}/{workload.desired}",
         "reason": reason,
         "parallelism": f"{par.tensor}x{par.pipeline}",
+        "runtime": dep.spec.runtime,
         "fit": fit_status(dep.spec, auto=asked_auto(body)),
         **phase_fields(body, rendered, obs, engine_cached=current.cached, rollout=rollout),
     }

@@ -115,9 +115,14 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
     key = naming.engine_key(dep)
     e_dir = naming.engine_dir(key)
     bplan = plans.engine_plan(dep, key)
-    # The build Job takes one serving pod's GPUs; a download (llmapi) needs none.
-    gpus = 0 if spec.runtime == "llmapi" else spec.topology.gpus_per_pod
-    repo_files = repository_files(dep, e_dir, naming.tokenizer_dir(dep))
+    # The build Job takes one serving pod's GPUs; a download (llmapi) needs none, ModelOpt's
+    # calibration (llmapi with quantization) does.
+    quantizes = naming.llmapi_quantized(dep)
+    gpus = 0 if spec.runtime == "llmapi" and not quantizes else spec.topology.gpus_per_pod
+    # llmapi's LLM loads the checkpoint itself: the downloaded one, or the quantized one in the
+    # key's directory (which otherwise holds only the fetch Job's step markers).
+    model_dir = naming.llmapi_model_dir(dep, key) if spec.runtime == "llmapi" else e_dir
+    repo_files = repository_files(dep, model_dir, naming.tokenizer_dir(dep))
     digest = plans.EngineDigest.of(opts.engine_digest, opts.engine_fingerprints)
     keyed = plans.keyed_plans(dep, key, repo_files, digest)
     repo_key = keyed.repository_key

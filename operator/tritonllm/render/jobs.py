@@ -25,6 +25,7 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.api.engine import is_engine_key
+from tritonllm.api.spec import quantity_bytes
 
 from . import naming
 from .plans import BUILD_PLAN_KEY, REPOSITORY_PLAN_KEY
@@ -68,7 +69,7 @@ def configmap_key(path: str) -> str:
 
 
 def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) -> dict[str, Any]:
-    name = naming.build_job_name(key, dep.spec.runtime)
+    name = naming.job_name_of(dep, key)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -83,7 +84,8 @@ def build_configmap(dep: TritonLLMDeployment, key: str, plan: dict[str, Any]) ->
 def build_writable_dirs(dep: TritonLLMDeployment, key: str) -> list[str]:
     """What the build Job of engine `key` writes on the store, and nothing else: directories
     named by its own keys. Its engine and checkpoint directories (for llmapi the engine directory
-    holds only the step markers), and the download directories of its hf:// sources, each named
+    holds the step markers, and the ModelOpt-quantized checkpoint when there is one), and the
+    download directories of its hf:// sources, each named
     by its download key. A pvc:// source (on the store or another claim) is only read."""
     dirs = [naming.engine_dir(key)]
     if dep.spec.runtime != "llmapi":
@@ -105,12 +107,22 @@ def _build_env(dep: TritonLLMDeployment) -> list[dict[str, Any]]:
     ]
 
 
+def download_resources(dep: TritonLLMDeployment) -> dict[str, Any]:
+    """A GPU-less download: one CPU and 4 GiB requested, or the pod template's own figures
+    where smaller (a request above the memory limit is refused by the API server; the serving
+    pod's CPU is all a small node may have for it)."""
+    r = dep.spec.podTemplate.resources
+    cpu = r.cpu if quantity_bytes(r.cpu) < 1 else "1"
+    memory = r.memory if quantity_bytes(r.memory) < quantity_bytes("4Gi") else "4Gi"
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": r.memory}}
+
+
 def _build_pod_spec(
     dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions
 ) -> dict[str, Any]:
     """The build pod: `tritonllm build` in the serving image, on the serving GPUs (no GPU and
     no GPU placement for a download). Of the store it may write only build_writable_dirs."""
-    name = naming.build_job_name(key, dep.spec.runtime)
+    name = naming.job_name_of(dep, key)
     container: dict[str, Any] = {
         "name": "build",
         "image": dep.spec.image,
@@ -131,14 +143,12 @@ def _build_pod_spec(
     if gpus:
         container["resources"] = gpu_resources(dep, gpus)
     else:
-        r = dep.spec.podTemplate.resources
-        container["resources"] = {
-            "requests": {"cpu": "1", "memory": "4Gi"},
-            "limits": {"memory": r.memory},
-        }
+        container["resources"] = download_resources(dep)
     common = pod_spec_common(dep)
+    # A download has no GPU placement but must reach a node-local store claim where it is.
+    cpu_only = {"securityContext": common["securityContext"], **store_placement(dep)}
     return {
-        **(common if gpus else {"securityContext": common["securityContext"]}),
+        **(common if gpus else cpu_only),
         **NO_API_TOKEN,
         "restartPolicy": "Never",
         "initContainers": [tools_init_container(dep, opts)],
@@ -157,7 +167,7 @@ def _build_pod_spec(
 def build_job(dep: TritonLLMDeployment, key: str, gpus: int, opts: RenderOptions) -> dict[str, Any]:
     """The Job that downloads, converts/quantizes and builds one engine (or, for llmapi, only
     downloads the checkpoint: then it needs no GPU)."""
-    name = naming.build_job_name(key, dep.spec.runtime)
+    name = naming.job_name_of(dep, key)
     labels = naming.shared_labels(key, c.COMPONENT_BUILD)
     pod_spec = _build_pod_spec(dep, key, gpus, opts)
     return {

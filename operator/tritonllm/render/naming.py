@@ -11,6 +11,11 @@ deployment deleted and applied again finds its engine, and a deployment whose bu
 in any way (or that keeps its store on another claim) builds its own. Serving-only fields
 (replicas, batching, KV cache, ...) are not in it.
 
+For runtime llmapi the key's Job downloads the checkpoint; with engine.quantization it also
+quantizes it with ModelOpt into the key's directory, so the key adds exactly that Job's inputs
+(the quantization fields, the image's TensorRT-LLM version, trustRemoteCode) and nothing it does
+not read (tp/pp, dtype, serving). Without quantization the key is what it always was.
+
 A download key does the same for one Hugging Face download (source, revision, image and the build
 pod's inputs): it names the download directory, which the build Jobs of several engine keys may
 share (the same weights quantized two ways) but no Job with other download inputs writes.
@@ -73,7 +78,15 @@ def engine_key_inputs(dep: TritonLLMDeployment) -> dict[str, Any]:
     }
     common = {"schema": ENGINE_KEY_SCHEMA, "image": spec.image, "buildPod": build_pod_inputs(dep)}
     if spec.runtime == "llmapi":
-        return {**common, "runtime": "llmapi", "model": model}
+        q = spec.engine.quantization
+        if q.format == "none":
+            # Unchanged since before llmapi quantized: such a key must not move on upgrade.
+            return {**common, "runtime": "llmapi", "model": model}
+        return {**common, "runtime": "llmapi", "model": model, "quantization": {
+            # What hf_ptq.py is given (llmapi_quantize_argv) and which ModelOpt the image has.
+            **q.to_wire(), "trtllmVersion": str(resolve_trtllm_version(spec)),
+            "trustRemoteCode": spec.model.trustRemoteCode,
+        }}
     return {
         **common,
         "runtime": spec.runtime,
@@ -114,9 +127,28 @@ def repository_key(files: dict[str, str]) -> str:
 # --- names --------------------------------------------------------------------------------
 
 
-def build_job_name(key: str, runtime: str = "engine") -> str:
-    prefix = "tritonllm-download" if runtime == "llmapi" else "tritonllm-build"
-    return f"{prefix}-{key}"
+def build_job_name(key: str, runtime: str = "engine", quantized: bool = False) -> str:
+    """The build Job of a key: a build (engine), a download (llmapi), or a download and a
+    ModelOpt quantization (llmapi with engine.quantization)."""
+    if runtime == "llmapi":
+        return f"tritonllm-{'quantize' if quantized else 'download'}-{key}"
+    return f"tritonllm-build-{key}"
+
+
+def job_name_of(dep: TritonLLMDeployment, key: str) -> str:
+    """build_job_name for a deployment."""
+    return build_job_name(key, dep.spec.runtime, llmapi_quantized(dep))
+
+
+def llmapi_quantized(dep: TritonLLMDeployment) -> bool:
+    """Runtime llmapi with a ModelOpt pre-quantization step: its key's directory holds the
+    quantized checkpoint (with artifact.json, as an engine), which model.yaml loads."""
+    return dep.spec.runtime == "llmapi" and dep.spec.engine.quantization.format != "none"
+
+
+def llmapi_model_dir(dep: TritonLLMDeployment, key: str) -> str:
+    """What llmapi's model.yaml `model` names: the quantized checkpoint, else the weights."""
+    return engine_dir(key) if llmapi_quantized(dep) else weights_dir(dep)
 
 
 def repository_job_name(dep: TritonLLMDeployment, repo_key: str) -> str:

@@ -1,7 +1,8 @@
 """The plans the in-pod entry points execute, and the repository key that addresses them.
 
 - build.json (build ConfigMap): download, convert or quantize, trtllm-build
-  (tritonllm.triton.build); for llmapi only the download.
+  (tritonllm.triton.build); for llmapi the download, then ModelOpt's quantization when
+  engine.quantization asks for one.
 - repository.json and launch.json (plan ConfigMap, next to the repository files): the repository
   step with the engine it must match, and the serving command with the topology it runs.
 
@@ -37,8 +38,11 @@ def engine_plan(dep: TritonLLMDeployment, key: str) -> dict[str, Any]:
     spec = dep.spec
     weights = naming.weights_dir(dep)
     if spec.runtime == "llmapi":
+        # With engine.quantization the key's directory receives ModelOpt's checkpoint.
+        quantized = naming.engine_dir(key) if naming.llmapi_quantized(dep) else None
         plan = download_plan(spec, model_key=key, weights_dir=weights,
-                             state_dir=f"{naming.engine_dir(key)}/{STATE_DIR}")
+                             state_dir=f"{naming.engine_dir(key)}/{STATE_DIR}",
+                             version=dep.trtllm_version, quantized_dir=quantized)
     else:
         plan = build_plan(
             spec,
@@ -72,7 +76,9 @@ def launch_plan(
         "runtime": spec.runtime,
         "engineKey": key,
         "engineDir": naming.engine_dir(key),
-        **({"engineDigest": digest.to_wire()} if digest and spec.runtime == "engine" else {}),
+        **({"engineDigest": digest.to_wire()} if digest and has_artifact(dep) else {}),
+        # llmapi's quantized checkpoint is checked as an engine's files are (no tp/pp in it).
+        **({"verifyCheckpoint": True} if naming.llmapi_quantized(dep) else {}),
         "modelRepository": repo_dir,
         "trtllmVersion": str(dep.trtllm_version),
         **topology.to_wire(),
@@ -93,6 +99,12 @@ def launch_plan(
             "agent": rsh_agent(ssh),
         },
     }
+
+
+def has_artifact(dep: TritonLLMDeployment) -> bool:
+    """Whether the build Job leaves an artifact.json with the checksums of what it wrote (an
+    engine, or llmapi's quantized checkpoint), whose digest the operator anchors."""
+    return dep.spec.runtime == "engine" or naming.llmapi_quantized(dep)
 
 
 def repository_plan(dep: TritonLLMDeployment, key: str, repo_dir: str) -> dict[str, Any]:

@@ -62,6 +62,14 @@ def model_name(dep: TritonLLMDeployment) -> str:
     return "tensorrt_llm" if dep.spec.runtime == "llmapi" else "ensemble"
 
 
+def max_tokens_input(dep: TritonLLMDeployment) -> str:
+    """The input of `model_name` that bounds the generated tokens: the ensemble's max_tokens,
+    llmapi's sampling_param_max_tokens (its config.pbtxt in TensorRT-LLM's
+    triton_backend/all_models/llmapi; another key would reach the model as an ignored request
+    parameter, and the LLM API's default length would apply)."""
+    return "sampling_param_max_tokens" if dep.spec.runtime == "llmapi" else "max_tokens"
+
+
 def endpoint(dep: TritonLLMDeployment) -> str:
     host = f"{naming.serving_name(dep)}.{dep.namespace}.svc"
     route = "generate_stream" if dep.spec.serving.streaming else "generate"

@@ -14,10 +14,16 @@ built in turn on that many GPUs), and free space on the store before each step t
 The state directory is the plan's stateDir, else <engineDir>/.tritonllm (engine builds) or
 <weightsDir>/.tritonllm (download-only plans of older operators). Model-repository plans (a
 single `repository` step) are handled by tritonllm.runtime.repository.
+
+llmapi plans of kind `llmapi-checkpoint` download, then run ModelOpt's hf_ptq.py into the key's
+directory (engineDir): there artifact.json records a pre-quantized Hugging Face checkpoint, once
+its hf_quant_config.json declares the quantization the plan asked for, with the checksums of its
+files, the same record, digest report and verification marker as an engine's.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +64,12 @@ from .report import (
 from .verified import fingerprints, report_engine, verify_engine, write_marker
 
 ARTIFACT_SCHEMA = 2  # 2: `files`, the sha256 and size of every engine file
+LLMAPI_CHECKPOINT = "llmapi-checkpoint"  # tritonllm.triton.build.LLMAPI_CHECKPOINT
+# A directory of ModelOpt's examples tree (holding llm_ptq/hf_ptq.py), tried first.
+ENV_MODELOPT_EXAMPLES = "TRITONLLM_MODELOPT_EXAMPLES"
+# What ModelOpt's unified Hugging Face export writes beside config.json (ModelOpt 0.37.0,
+# modelopt/torch/export/unified_export_hf.py): the quantization TensorRT-LLM reads.
+HF_QUANT_CONFIG = "hf_quant_config.json"
 # Model-directory files that must exist for a local (pvc://) source to count as present.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -100,7 +112,9 @@ class Builder:
             self._preflight()
         for step in self.plan["steps"]:
             self._run_step(step)
-        if self.engine_dir is not None:
+        if self.plan.get("kind") == LLMAPI_CHECKPOINT:
+            self._write_checkpoint_artifact(time.monotonic() - started)
+        elif self.engine_dir is not None:
             self._write_artifact(time.monotonic() - started)
         log("build", "done", key=self.key, seconds=round(time.monotonic() - started, 1))
         return EXIT_OK
@@ -149,6 +163,8 @@ class Builder:
         build = next((s for s in self.plan["steps"] if s["name"] == "build"), None)
         if build is not None:
             require_gpus(_workers(build["argv"]), "trtllm-build --workers")
+        if self.plan.get("kind") == LLMAPI_CHECKPOINT:
+            require_gpus(1, "ModelOpt's calibration (hf_ptq.py)")
 
     # --- steps -----------------------------------------------------------------------------------
 
@@ -259,6 +275,8 @@ class Builder:
                     "(newer TensorRT-LLM removed the engine path; use spec.runtime: llmapi)",
                 )
             argv = [str(script) if a == "{converter}" else a for a in argv]
+        if any("{modelopt}" in a for a in argv):
+            argv = _modelopt_argv(step, argv)
         if any("{examples}" in a for a in argv):
             rel = step["script"]
             root = next((r for r in roots if (r / rel).is_file()), None)
@@ -350,6 +368,76 @@ class Builder:
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
             pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus,
             digest=report["engineDigest"])
+
+    def _write_checkpoint_artifact(self, seconds: float) -> None:
+        """artifact.json of llmapi's quantized checkpoint: written only once the export declares
+        what the plan asked for, with every file's checksum (engine_files.engine_checksums)."""
+        assert self.engine_dir is not None
+        declared = _declared_quantization(self.engine_dir)
+        expected = self.plan.get("expectQuantization") or {}
+        wrong = {k: declared.get(k) for k, v in expected.items() if declared.get(k) != v}
+        if wrong:
+            raise Failure(
+                EXIT_MISMATCH,
+                f"the checkpoint ModelOpt exported to {self.engine_dir} declares {wrong} in "
+                f"{HF_QUANT_CONFIG}, not {expected} as the plan asked (spec.engine.quantization)",
+            )
+        names = engine_file_paths(self.engine_dir)
+        before = fingerprints(self.engine_dir, names)
+        files = engine_checksums(self.engine_dir)
+        after = fingerprints(self.engine_dir, names)
+        artifact = {
+            "schema": ARTIFACT_SCHEMA,
+            "kind": LLMAPI_CHECKPOINT,
+            "engineKey": self.key,
+            "trtllmVersion": self.trtllm_version,
+            "quantization": declared,
+            "gpuProduct": gpu_product(),
+            "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(seconds, 1),
+            "steps": self.records,
+            "files": files,
+        }
+        write_json_atomic(self.engine_dir / ARTIFACT, artifact)
+        _, artifact_digest = read_artifact(self.engine_dir)
+        stable = before == after and sorted(files) == names
+        if stable:
+            write_marker(self.engine_dir, artifact_digest, after, by="build")
+        report = report_engine(artifact, after if stable else None)
+        log("build", "artifact", path=str(self.engine_dir / ARTIFACT), kind=LLMAPI_CHECKPOINT,
+            quantization=declared, digest=report["engineDigest"])
+
+
+def _declared_quantization(directory: Path) -> dict[str, Any]:
+    """quant_algo and kv_cache_quant_algo of an exported checkpoint (hf_quant_config.json)."""
+    cfg = read_json(directory / HF_QUANT_CONFIG)
+    if cfg is None or not (directory / "config.json").is_file():
+        raise Failure(
+            EXIT_NOT_FOUND,
+            f"{directory} has no {HF_QUANT_CONFIG} or config.json: ModelOpt's export did not "
+            "complete (hf_ptq.py --export_fmt hf writes both)",
+        )
+    q = cfg.get("quantization") or {}
+    return {"quant_algo": q.get("quant_algo"), "kv_cache_quant_algo": q.get("kv_cache_quant_algo")}
+
+
+def _modelopt_argv(step: dict[str, Any], argv: list[str]) -> list[str]:
+    """{modelopt}: the first examples directory with the step's script (hf_ptq.py), trying
+    TRITONLLM_MODELOPT_EXAMPLES first; ModelOpt's wheel does not ship its examples."""
+    rel = step["script"]
+    env = os.environ.get(ENV_MODELOPT_EXAMPLES)
+    roots = [Path(r) for r in ([env] if env else []) + list(step.get("scriptRoots") or [])]
+    root = next((r for r in roots if (r / rel).is_file()), None)
+    if root is None:
+        raise Failure(
+            EXIT_NOT_FOUND,
+            f"ModelOpt's {rel} is not in this image (looked under "
+            f"{', '.join(map(str, roots))}): put NVIDIA/Model-Optimizer's examples tree of the "
+            "image's nvidia-modelopt release into the image, or on the store and name it in "
+            f"spec.podTemplate.env {ENV_MODELOPT_EXAMPLES}; or serve a checkpoint quantized "
+            "elsewhere with engine.quantization.format none",
+        )
+    return [a.replace("{modelopt}", str(root)) for a in argv]
 
 
 def _workers(argv: list[str]) -> int:

@@ -49,6 +49,44 @@ def local_mpi_ranks(mpirun_pid: int) -> list[int]:
     return sorted(ranks)
 
 
+def serving_processes(ranks: list[int], name: str = "tritonserver") -> list[int]:
+    """The servers among local ranks and what they started: a rank that is `name` itself (one
+    tritonserver per rank), or the processes of that name it started (under trtllm-llmapi-launch
+    a rank is the launcher script, rank 0's tritonserver its descendant, the other ranks' LLM API
+    workers are no server: they end with the group, not on their own). The ranks themselves when
+    no server is up (yet)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat_fields(entry / "stat")[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found = {p for p in ranks if _command_name(p) == name}
+    found |= {p for p in parents
+              if any(_descends(p, rank, parents) for rank in ranks) and _command_name(p) == name}
+    return sorted(found) if found else list(ranks)
+
+
+def _descends(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
+    seen = 0
+    while pid in parents and seen < 64:  # bounded: /proc may change under us
+        pid = parents[pid]
+        if pid == ancestor:
+            return True
+        seen += 1
+    return False
+
+
+def _command_name(pid: int) -> str:
+    """The basename of a process's argv[0] ("" when gone or unreadable)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return ""
+    return Path(argv0.decode(errors="replace")).name
+
+
 def _stat_fields(stat: Path) -> list[str]:
     """The fields of /proc/<pid>/stat after "pid (comm) ": state, ppid, ... (comm may hold
     spaces or parens)."""

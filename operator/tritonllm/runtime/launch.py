@@ -17,13 +17,13 @@ fail minutes later deep in an engine load (shared/reference/tensorrt-llm-triton.
   which, and how long it took;
 - the pod must see the GPUs it is supposed to have.
 
-Then it runs the plan's command (mpirun, or tritonserver alone for llmapi) exactly as rendered, as a
-child in the foreground rather than exec'ing it, so that SIGTERM from the kubelet is forwarded for a
-graceful drain and the exit status is mpirun's, which is non-zero when any rank dies. The topology
-(GPUs per pod, pods per group, ranks per node) comes from the plan too. Leader and worker modes
-implement the SSH bootstrap of tritonllm.runtime.ssh for LeaderWorkerSet groups: the leader writes
-the files the rendered command names (hostfile, SSH client key, pinned host key), the worker runs
-sshd.
+Then it runs the plan's command (mpirun, or tritonserver alone for llmapi on one node) exactly as
+rendered, as a child in the foreground rather than exec'ing it, so that SIGTERM from the kubelet is
+forwarded for a graceful drain and the exit status is mpirun's, which is non-zero when any rank
+dies. The topology (GPUs per pod, pods per group, ranks per node) comes from the plan too. Leader
+and worker modes implement the SSH bootstrap of tritonllm.runtime.ssh for LeaderWorkerSet groups
+(either runtime): the leader writes the files the rendered command names (hostfile, SSH client key,
+pinned host key), the worker runs sshd.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 from tritonllm.api.topology import Topology
 
 from . import ssh
-from .children import local_mpi_ranks, on_stop_signals, run_child, running
+from .children import local_mpi_ranks, on_stop_signals, run_child, running, serving_processes
 from .engine_files import check_engine, read_artifact
 from .files import load_plan, plan_topology
 from .probes import gpu_product, product_label, require_gpus, trtllm_version, version_check_skipped
@@ -164,12 +164,15 @@ def prepare(mode: str, plan: dict[str, Any], topology: Topology) -> None:
     wait_for_repository(Path(plan["modelRepository"]), wait_seconds())
     if plan.get("runtime", "engine") == "engine":
         verify_engine_for_image(plan, topology)
+    elif plan.get("verifyCheckpoint"):
+        verify_checkpoint(plan)
     if mode == "leader":
         prepare_leader(plan, topology)
 
 
 def drain_targets(mpirun_pid: int) -> list[int]:
-    """Where a graceful stop goes: the ranks mpirun runs on this host, not mpirun itself.
+    """Where a graceful stop goes: the tritonservers of the ranks mpirun runs on this host, not
+    mpirun itself.
 
     Open MPI's mpirun treats SIGTERM as an abort: it sends SIGTERM to the ranks, SIGKILLs them
     one second later (odls_base_sigkill_timeout), cutting tritonserver's drain short, and exits
@@ -177,7 +180,10 @@ def drain_targets(mpirun_pid: int) -> list[int]:
     mpirun exits 0. A second SIGTERM goes to mpirun (its abort); so does one that arrives before
     the ranks exist.
     """
-    ranks = local_mpi_ranks(mpirun_pid)
+    # An llmapi group's ranks are trtllm-llmapi-launch scripts: the signal goes to the
+    # tritonserver rank 0's script started (the shell would die on it and orphan the server),
+    # not to the LLM API workers (one ending alone would abort the group mid-drain).
+    ranks = serving_processes(local_mpi_ranks(mpirun_pid))
     log("launch", "drain", ranks=ranks or None, to=None if ranks else "mpirun")
     return ranks
 
@@ -264,6 +270,21 @@ def verify_engine_for_image(plan: dict[str, Any], topology: Topology) -> None:
         hashed=verified.hashed, digest=verified.digest, message=verified.message)
     log("launch", "engine", key=plan["engineKey"], tp=topology.tensor, pp=topology.pipeline,
         trtllmVersion=image)
+
+
+def verify_checkpoint(plan: dict[str, Any]) -> None:
+    """llmapi's ModelOpt-quantized checkpoint (the key's directory): its files are the ones
+    its quantization Job recorded in artifact.json, and reported when the launch plan anchors a
+    digest. No tp/pp or GPU check: a Hugging Face checkpoint is not split and not built for a
+    GPU."""
+    directory = Path(plan["engineDir"])
+    artifact, artifact_digest = read_artifact(directory)
+    expected = plan.get("engineDigest")
+    verified = (verify_anchored(directory, artifact, artifact_digest, expected) if expected
+                else verify_engine(directory, artifact, artifact_digest))
+    log("launch", "verified", key=plan["engineKey"], files=verified.files,
+        gib=round(verified.bytes / 2**30, 2), seconds=round(verified.seconds, 2),
+        hashed=verified.hashed, digest=verified.digest, message=verified.message)
 
 
 def check_gpu_product(artifact: dict[str, Any]) -> None:

@@ -14,7 +14,8 @@ tritonllm.api.toolflags (read off the upstream option tables, docs/contract.md):
   differ per model), so an explicit architecture gets its converter's argv and ``auto`` gets
   one argv per converter (or why that converter cannot do it), chosen at build time;
 - converters moved from ``examples/<model>/`` to ``examples/models/core/<model>/`` in later
-  releases, so the plan lists both and the runtime takes the one the image has.
+  releases (falcon then to ``examples/models/contrib/``), so the plan lists every place and
+  the runtime takes the one the image has.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def _plugin(value: str, dtype: str) -> str:
 CONVERTER_PATHS = (
     "{dir}/convert_checkpoint.py",
     "models/core/{dir}/convert_checkpoint.py",
+    # falcon moved on to models/contrib/ (1.2.0rc2 snapshot, docs/contract.md).
+    "models/contrib/{dir}/convert_checkpoint.py",
 )
 
 
@@ -296,15 +299,109 @@ def build_plan(
 
 
 def download_plan(
-    spec: TritonLLMDeploymentSpec, *, model_key: str, weights_dir: str, state_dir: str
+    spec: TritonLLMDeploymentSpec,
+    *,
+    model_key: str,
+    weights_dir: str,
+    state_dir: str,
+    version: TrtllmVersion | None = None,
+    quantized_dir: str | None = None,
 ) -> dict[str, Any]:
-    """llmapi runtime: only fetch the checkpoint onto the store (no engine is built). The step
+    """llmapi runtime: fetch the checkpoint onto the store (no engine is built). The step
     markers go to `state_dir` (under the key's own directory), never next to the weights, which
-    may be a pvc:// directory the Job only reads."""
-    return {
+    may be a pvc:// directory the Job only reads.
+
+    With engine.quantization, ModelOpt then writes a pre-quantized checkpoint to `quantized_dir`
+    (the key's directory) and the runtime records it in artifact.json with the checksums of its
+    files, as an engine: the same cache record, digest report and integrity anchor."""
+    plan: dict[str, Any] = {
         "version": 1,
         "engineKey": model_key,
         "weightsDir": weights_dir,
         "stateDir": state_dir,
         "steps": [download_step(spec, weights_dir=weights_dir)],
+    }
+    if quantized_dir is None:
+        return plan
+    q = spec.engine.quantization
+    return {
+        **plan,
+        "kind": LLMAPI_CHECKPOINT,
+        "trtllmVersion": str(version) if version else None,
+        "engineDir": quantized_dir,
+        "checkpointDir": quantized_dir,
+        # What the exported checkpoint must declare (hf_quant_config.json), checked before
+        # artifact.json is written.
+        "expectQuantization": {
+            "quant_algo": MODELOPT_QUANT_ALGOS[q.format],
+            "kv_cache_quant_algo": "FP8" if q.kvCacheDtype == "fp8" else None,
+        },
+        "steps": [
+            *plan["steps"],
+            llmapi_quantize_step(spec, weights_dir=weights_dir, export_dir=quantized_dir),
+        ],
+    }
+
+
+# A download plan whose key directory holds a ModelOpt-quantized checkpoint (runtime/build.py).
+LLMAPI_CHECKPOINT = "llmapi-checkpoint"
+# spec format -> the quant_algo ModelOpt's unified export writes into hf_quant_config.json
+# (modelopt/torch/export/quant_utils.py process_layer_quant_config, ModelOpt 0.37.0, commit
+# df0882a63c39a001a1be384b680166a41259045c), which TensorRT-LLM's PyTorch backend reads.
+MODELOPT_QUANT_ALGOS = {
+    "fp8": "FP8",
+    "int4_awq": "W4A16_AWQ",
+    "w4a8_awq": "W4A8_AWQ",
+    "nvfp4": "NVFP4",
+}
+# Where ModelOpt's examples tree may be in the image (it is not part of the nvidia-modelopt
+# wheel): the runtime takes the first that has llm_ptq/hf_ptq.py, after the directory named by
+# the TRITONLLM_MODELOPT_EXAMPLES variable of spec.podTemplate.env, if set.
+MODELOPT_EXAMPLE_ROOTS = (
+    "/app/Model-Optimizer/examples",
+    "/opt/Model-Optimizer/examples",
+    "/workspace/Model-Optimizer/examples",
+    "/app/TensorRT-Model-Optimizer/examples",
+)
+HF_PTQ = "llm_ptq/hf_ptq.py"
+
+
+def llmapi_quantize_argv(
+    spec: TritonLLMDeploymentSpec, *, weights_dir: str, export_dir: str
+) -> list[str]:
+    """ModelOpt's hf_ptq.py as TensorRT-LLM documents it for the PyTorch backend (offline
+    quantization with ModelOpt, unified Hugging Face export). Options as read from
+    examples/llm_ptq/hf_ptq.py of NVIDIA/Model-Optimizer 0.37.0 (the release TensorRT-LLM 1.1 and
+    1.2 pin, requirements.txt `nvidia-modelopt[torch]~=0.37.0`); tests/contract/tables/hf_ptq-*.
+    --kv_cache_qformat is always passed (its default is fp8, not none) and so is --export_fmt hf
+    (older releases default to the TensorRT-LLM checkpoint). No --dtype: unquantized layers keep
+    the checkpoint's dtype; no tp/pp: the Hugging Face export is not split, so one quantized
+    checkpoint serves every layout."""
+    q = spec.engine.quantization
+    argv = [
+        "python3", "{modelopt}/" + HF_PTQ,
+        "--pyt_ckpt_path", weights_dir,
+        "--export_path", export_dir,
+        "--qformat", q.format,
+        "--kv_cache_qformat", q.kvCacheDtype,
+        "--calib_size", str(q.calibrationSize),
+        "--export_fmt", "hf",
+    ]
+    if q.format in ("int4_awq", "w4a8_awq"):
+        argv += ["--awq_block_size", str(q.awqBlockSize)]
+    if q.calibrationDataset:
+        argv += ["--dataset", q.calibrationDataset]
+    if spec.model.trustRemoteCode:
+        argv.append("--trust_remote_code")
+    return argv
+
+
+def llmapi_quantize_step(
+    spec: TritonLLMDeploymentSpec, *, weights_dir: str, export_dir: str
+) -> dict[str, Any]:
+    return {
+        "name": "quantize",
+        "argv": llmapi_quantize_argv(spec, weights_dir=weights_dir, export_dir=export_dir),
+        "script": HF_PTQ,
+        "scriptRoots": list(MODELOPT_EXAMPLE_ROOTS),
     }

@@ -436,10 +436,44 @@ def model_set(f: Features, dtypes: Dtypes) -> ModelSet:
 
 
 # Our llmapi model (tritonllm/triton/models/llmapi.py); max_batch_size 0, so dims are full shapes.
+#
+# Upstream's llmapi template (NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/
+# config.pbtxt at c8c6df08, read with its 1/model.py at b35ac1b6 and 1/helpers.py) declares the
+# inputs up to `stop` and the four outputs up to cumulative_logprob under the same names, types
+# and dims. What differs, for the check against upstream's template per version:
+LLMAPI_UPSTREAM_INPUTS = (
+    "text_input", "streaming", "sampling_param_best_of", "sampling_param_temperature",
+    "sampling_param_top_k", "sampling_param_top_p", "sampling_param_frequency_penalty",
+    "sampling_param_presence_penalty", "sampling_param_max_tokens", "sampling_param_stop",
+    "sampling_param_seed", "sampling_param_exclude_input_from_output", "return_finish_reason",
+    "return_stop_reason", "return_cumulative_logprob", "stop",
+)
+# Ours only: the sampling and output controls the engine path's ensemble offers and users rely
+# on, each named sampling_param_<SamplingParams field> as upstream names its sampling inputs
+# (tensorrt_llm/sampling_params.py), or as the ensemble names it (return_num_*_tokens,
+# num_*_tokens, output_log_probs).
+LLMAPI_OURS_ONLY = (
+    "sampling_param_min_tokens", "sampling_param_repetition_penalty",
+    "sampling_param_length_penalty", "sampling_param_end_id", "sampling_param_pad_id",
+    "sampling_param_logprobs", "sampling_param_include_stop_str_in_output", "sampling_param_bad",
+    "return_num_input_tokens", "return_num_output_tokens",
+    "num_input_tokens", "num_output_tokens", "output_log_probs",
+)
+# Upstream's only: per-request perf metrics (input sampling_param_return_perf_metrics; outputs
+# kv_cache_reused_block, kv_cache_missed_block, kv_cache_alloc_new_blocks,
+# kv_cache_alloc_total_blocks, kv_cache_hit_rate, arrival_time_ns, first_scheduled_time_ns,
+# first_token_time_ns, last_token_time_ns, acceptance_rate, total_accepted_draft_tokens,
+# total_draft_tokens): not offered (the deployment-wide figures are the exported metrics);
+# newer upstream versions' LoRA inputs (lora_id, lora_name, lora_path, lora_ckpt_source) and
+# image_url: tritonllm deploys neither LoRA adapters nor multimodal models.
+# Also different: upstream leaves max_batch_size and model_transaction_policy to model.yaml
+# through auto_complete_config, which the launcher's --disable-auto-complete-config turns off;
+# our config.pbtxt states both.
 LLMAPI_CONTRACT = ModelContract(
     inputs=(
         _t("text_input", "STRING", -1),
         _opt("streaming", "BOOL", 1),
+        _opt("sampling_param_best_of", "INT32", 1),
         _opt("sampling_param_temperature", "FP32", 1),
         _opt("sampling_param_top_k", "INT32", 1),
         _opt("sampling_param_top_p", "FP32", 1),
@@ -452,11 +486,25 @@ LLMAPI_CONTRACT = ModelContract(
         _opt("return_finish_reason", "BOOL", 1),
         _opt("return_stop_reason", "BOOL", 1),
         _opt("return_cumulative_logprob", "BOOL", 1),
+        _opt("stop", "BOOL", 1),
+        _opt("sampling_param_min_tokens", "INT32", 1),
+        _opt("sampling_param_repetition_penalty", "FP32", 1),
+        _opt("sampling_param_length_penalty", "FP32", 1),
+        _opt("sampling_param_end_id", "INT32", 1),
+        _opt("sampling_param_pad_id", "INT32", 1),
+        _opt("sampling_param_logprobs", "INT32", 1),
+        _opt("sampling_param_include_stop_str_in_output", "BOOL", 1),
+        _opt("sampling_param_bad", "STRING", -1),
+        _opt("return_num_input_tokens", "BOOL", 1),
+        _opt("return_num_output_tokens", "BOOL", 1),
     ),
     outputs=(
         _t("text_output", "STRING", -1),
         _t("finish_reason", "STRING", -1),
         _t("stop_reason", "STRING", -1),
         _t("cumulative_logprob", "FP32", -1),
+        _t("num_input_tokens", "INT32", 1),
+        _t("num_output_tokens", "INT32", 1),
+        _t("output_log_probs", "FP32", -1),
     ),
 )

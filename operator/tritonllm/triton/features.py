@@ -43,6 +43,11 @@ PREPROC_DYNAMIC_BATCHING: Final = TrtllmVersion("0.19.0")
 KV_REUSE_DEFAULT_ON: Final = TrtllmVersion("0.19.0")
 NUM_NODES: Final = TrtllmVersion("0.19.0")
 LLMAPI: Final = TrtllmVersion("0.19.0")
+# LLM() takes the PyTorch backend's knobs (enable_iter_perf_stats, ...) as its own arguments
+# (TorchLlmArgs); before, LLM() took them off as pytorch_backend_config, a PyTorchConfig that
+# only llm_utils.update_llm_args_with_extra_dict builds from a mapping (tests/contract/tables
+# llm_args-0.20.0.json: LlmArgs has extra='allow', so a top-level knob was silently dropped).
+LLMAPI_TORCH_ARGS: Final = TrtllmVersion("0.21.0")
 NEWEST_TEMPLATES: Final = TrtllmVersion("1.0.0")  # min_tokens/seed, num_*_tokens, ptable dtype
 
 BACKEND_DIR: Final = "/opt/tritonserver/backends/tensorrtllm"
@@ -102,6 +107,8 @@ class Features:
     num_nodes: bool
     # The llmapi Python model exists.
     llmapi: bool
+    # enable_iter_perf_stats is an LLM() argument (LLMAPI_TORCH_ARGS).
+    llmapi_torch_args: bool
 
     def at_least(self, boundary: TrtllmVersion) -> bool:
         """Whether this version is at or after a boundary (used by the tensor catalog)."""
@@ -144,4 +151,5 @@ def features_for(version: TrtllmVersion) -> Features:
         participant_ids=v >= PARTICIPANT_IDS,
         num_nodes=v >= NUM_NODES,
         llmapi=v >= LLMAPI,
+        llmapi_torch_args=v >= LLMAPI_TORCH_ARGS,
     )

@@ -18,6 +18,18 @@ line is fixed (tritonllm.api.constants.MPI_WORKDIR), so this module renders the 
 every case and the pod only executes it.
 
 world_size must equal the engine's tp x pp; the caller checks that before it gets here.
+
+llmapi runtime (the LLM API's Python model, no engine): on one node a single tritonserver, the
+LLM API spawns its own ranks. A group runs every rank as ``trtllm-llmapi-launch <tritonserver
+...>`` under the same mpirun, hostfile and SSH agent (``mpirun -n <world> trtllm-llmapi-launch
+tritonserver ...``, as TensorRT-LLM documents multi-node LLM API serving and as
+``launch_triton_server.py --trtllm_llmapi_launch`` prefixes each rank). The launcher reads its rank
+from MPI (``OMPI_COMM_WORLD_RANK``): rank 0 runs the command, tritonserver with the llmapi model
+(whose LLM drives the other ranks over MPI), every other rank runs the LLM API's worker loop
+(``python3 -m tensorrt_llm.llmapi.mgmn_worker_node``) instead, so only rank 0's command line
+matters and one MPMD segment is enough. Read from NVIDIA/TensorRT-LLM
+``tensorrt_llm/llmapi/trtllm-llmapi-launch`` (020c89e64e49f24102f1b62be96a1a68283cdf7a) and
+``triton_backend/scripts/launch_triton_server.py`` (0b06796b2c7895930fecff48a1e205ab14a19c51).
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ from tritonllm.api.topology import Topology
 
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 MPIRUN = "mpirun"
+# On PATH in TensorRT-LLM images (a script of the wheel), as launch_triton_server.py calls it.
+TRTLLM_LLMAPI_LAUNCH = "trtllm-llmapi-launch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +104,10 @@ class LaunchSpec:
     ssh: MpiSsh | None = None
     exit_timeout_seconds: int = 30
     log_verbose: int = 0
-    # llmapi: one tritonserver, TensorRT-LLM spawns its own MPI workers.
+    # llmapi on one node: one tritonserver, TensorRT-LLM spawns its own MPI workers.
     single_process: bool = False
+    # llmapi group: the LLM API's launcher that every rank runs (None: tritonserver per rank).
+    llmapi_launch: str | None = None
     # Further tritonserver arguments, appended as given to every rank's command line (for
     # example --backend-directory=... or --log-format=ISO8601).
     extra_args: tuple[str, ...] = ()
@@ -132,11 +148,25 @@ def rank_args(spec: LaunchSpec, rank: int) -> list[str]:
 
 
 def mpirun_argv(spec: LaunchSpec, *, mpirun: str = MPIRUN) -> list[str]:
-    """The full foreground command: ``mpirun ... -n 1 <rank 0> : -n 1 <rank 1> : ...``."""
+    """The full foreground command: ``mpirun ... -n 1 <rank 0> : -n 1 <rank 1> : ...``, or for
+    an llmapi group ``mpirun ... -n <world> trtllm-llmapi-launch <rank 0>``."""
     if spec.world_size < 1:
         raise ValueError("world_size must be >= 1")
     if spec.single_process:
         return rank_args(dataclasses.replace(spec, world_size=1), 0)
+    argv = _mpirun_options(spec, mpirun)
+    if spec.llmapi_launch:
+        # One segment: the launcher runs rank 0's command there and a worker on every other rank.
+        return [*argv, "-n", str(spec.world_size), spec.llmapi_launch, *rank_args(spec, 0)]
+    for rank in range(spec.world_size):
+        if rank:
+            argv.append(":")
+        argv += ["-n", "1", *rank_args(spec, rank)]
+    return argv
+
+
+def _mpirun_options(spec: LaunchSpec, mpirun: str) -> list[str]:
+    """mpirun and its options, before the ranks' command lines."""
     # --bind-to none: Open MPI binds each rank to ONE core by default (2 ranks or fewer; a
     # socket above), and everything a rank starts inherits it: the HTTP/gRPC front end, the
     # backend's threads and the pre/postprocessing Python stubs of rank 0 would share one core.
@@ -152,19 +182,17 @@ def mpirun_argv(spec: LaunchSpec, *, mpirun: str = MPIRUN) -> list[str]:
         # The map of ranks to hosts (pods) in the leader's log before the ranks start: which
         # pod runs which rank is the first question when a group misbehaves.
         argv.append("--display-map")
-    for rank in range(spec.world_size):
-        if rank:
-            argv.append(":")
-        argv += ["-n", "1", *rank_args(spec, rank)]
     return argv
 
 
 def launch_spec(topology: Topology, *, runtime: str, model_repository: str) -> LaunchSpec:
     """The serving command of a deployment: every rank in one pod, a group over SSH, or (llmapi)
-    one tritonserver."""
+    one tritonserver on one node and trtllm-llmapi-launch on every rank of a group."""
+    llmapi = runtime == "llmapi"
     return LaunchSpec(
         world_size=topology.world_size,
         model_repository=model_repository,
-        single_process=runtime == "llmapi",
+        single_process=llmapi and not topology.multi_node,
+        llmapi_launch=TRTLLM_LLMAPI_LAUNCH if llmapi and topology.multi_node else None,
         ssh=MpiSsh() if topology.multi_node else None,
     )

@@ -1,0 +1,6 @@
+"""SIMULATED tensorrt_llm.executor: the result types of the LLM API (see result.py)."""
+
+from .result import CompletionOutput, GenerationResult, IterationResult
+from .utils import RequestError
+
+__all__ = ["CompletionOutput", "GenerationResult", "IterationResult", "RequestError"]
