@@ -5,11 +5,12 @@ every example in examples/ and shows them converging in a `kubectl get tllm` tab
 Ready, then prints apply-to-Ready times. Engine builds and pods are simulated by kwok (no GPU
 here); everything else, from admission to garbage collection, is the real Kubernetes machinery.
 
-Then one deployment for real: examples/cpu-standin.yaml on the cluster's real node (real
-containers, the CPU stand-in image from the local registry, only the GPUs simulated) in a
-namespace that enforces Pod Security `restricted`, answering a generate request; the demo prints
-the prompt, the answer and the time from `kubectl apply` to that first answer
-(`--no-real-node` leaves this part out, e.g. without root).
+Then two deployments for real, one per runtime: examples/cpu-standin.yaml (engine) and
+examples/cpu-standin-llmapi.yaml (TensorRT-LLM's LLM API) on the cluster's real node (real
+containers, the CPU stand-in image from the local registry, only the GPUs and TensorRT-LLM
+simulated) in a namespace that enforces Pod Security `restricted`, each answering a generate
+request; the demo prints the prompt, the answer and the time from `kubectl apply` to that first
+answer (`--no-real-node` leaves this part out, e.g. without root).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--no-real-node",
         dest="real_node",
         action="store_false",
-        help="leave out the real deployment (examples/cpu-standin.yaml on real containers)",
+        help="leave out the real deployments (examples/cpu-standin.yaml and "
+        "cpu-standin-llmapi.yaml on real containers)",
     )
     p.set_defaults(func=run)
 
@@ -237,12 +239,17 @@ def run(args: argparse.Namespace) -> int:
         if len(ready_at) != len(applied):
             return 1
         if real_node:
-            print(f"== for real: {real_example} on the real node (namespace {REAL_NAMESPACE})")
-            prompt, answer, took = serve_for_real(
-                cluster, REAL_NAMESPACE, real_example, cluster.state_dir / "operator-real.log"
-            )
-            print(f"   prompt: {prompt!r}\n   answer: {answer!r}")
-            print(f"   kubectl apply -> first answer: {took:.1f} s")
+            # Both runtimes for real: the engine path, then the LLM API path (the same
+            # checkpoint, one tritonserver whose LLM spawns its two ranks).
+            for example in (real_example, real_example.with_name("cpu-standin-llmapi.yaml")):
+                if not example.is_file():
+                    continue
+                print(f"== for real: {example} on the real node (namespace {REAL_NAMESPACE})")
+                prompt, answer, took = serve_for_real(
+                    cluster, REAL_NAMESPACE, example, cluster.state_dir / "operator-real.log"
+                )
+                print(f"   prompt: {prompt!r}\n   answer: {answer!r}")
+                print(f"   kubectl apply -> first answer: {took:.1f} s")
             print(
                 f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,pods,svc -n {REAL_NAMESPACE}"
             )
@@ -260,12 +267,13 @@ def run(args: argparse.Namespace) -> int:
             print("== stopped the operator and the cluster")
 
 
-def _generate(url: str, prompt: str) -> str | None:
-    """The ensemble's answer, or None while nothing answers."""
+def _generate(url: str, prompt: str, length_input: str = "max_tokens") -> str | None:
+    """The model's answer (the ensemble's, or llmapi's tensorrt_llm with its own length
+    input), or None while nothing answers."""
     import json
     import urllib.request
 
-    body = json.dumps({"text_input": prompt, "max_tokens": 4}).encode()
+    body = json.dumps({"text_input": prompt, length_input: 4}).encode()
     req = urllib.request.Request(url, body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
@@ -281,6 +289,10 @@ def serve_for_real(
     `restricted` namespace, the seed Job, an operator (host process, tools image from the local
     registry), `kubectl apply`, then generate through the Service until it answers. Returns
     (prompt, answer, seconds from apply to the answer). The namespace is left as it is."""
+    import yaml
+
+    from tritonllm.api.deployment import parse_deployment
+    from tritonllm.render.serving import max_tokens_input, model_name
     from tritonllm_dev import images
     from tritonllm_dev.node import REGISTRY_ADDR
 
@@ -304,6 +316,8 @@ def serve_for_real(
              "--resync-seconds", "5", "--tools-image", refs["operator"]],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
+    dep = parse_deployment(yaml.safe_load(example.read_text()))
+    model, length_input = model_name(dep), max_tokens_input(dep)
     try:
         start = time.monotonic()
         cluster.kubectl("apply", "-n", namespace, "-f", str(example))
@@ -315,10 +329,10 @@ def serve_for_real(
             if not _ready(item):
                 return None
             ip = cluster.kubectl_json("get", "svc", name, "-n", namespace)["spec"]["clusterIP"]
-            return f"http://{ip}:8000/v2/models/ensemble/generate"
+            return f"http://{ip}:8000/v2/models/{model}/generate"
 
         url = _wait(endpoint, timeout, f"{name} Ready (operator log: {log_path})")
-        answer = _wait(lambda: _generate(url, PROMPT), 120, f"{url} answers")
+        answer = _wait(lambda: _generate(url, PROMPT, length_input), 120, f"{url} answers")
         return PROMPT, answer, time.monotonic() - start
     finally:
         os.killpg(operator.pid, signal.SIGTERM)

@@ -8,8 +8,10 @@ examples/cpu-standin-llmapi-multinode.yaml is applied with kubectl (tp 2 across 
 rank per pod): rank 0 runs tritonserver with the llmapi model in the leader and serves through the
 operator's Service; rank 1 runs the LLM API's worker in the worker pod, with no tritonserver, and
 holds a TCP connection to the leader across the pod network, through the rendered NetworkPolicy.
-Then a rank killed: mpirun stops, the group is recreated rather than serving with a missing rank,
-and the operator says so (ServingPodFailed).
+Then the failures the engine runtime's groups recover from: a worker pod deleted (LeaderWorkerSet
+recreates the group), a rank killed (mpirun stops, the group is recreated rather than serving with
+a missing rank, and the operator says so: ServingPodFailed); and a verified rollout of the group
+under load that loses no request.
 
 Simulated: the GPUs, and TensorRT-LLM (the stand-in image's `tensorrt_llm` package and its
 `trtllm-llmapi-launch`, whose worker ranks connect to the leader over TCP where the real LLM API
@@ -29,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.cases import ROOT
+from tests.cluster.operator_harness import get_cr
 from tests.cluster.test_real_flow import EXPECTED_4, PROMPT
 from tests.cluster.test_real_multinode import (
     Env,
@@ -37,9 +40,11 @@ from tests.cluster.test_real_multinode import (
     leader_and_worker,
     rank_map,
     ready_and_answering,
+    roll_under_load,
     tritonservers,
     wait_new_group,
 )
+from tests.helpers import example_body
 from tritonllm_dev.local import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -113,14 +118,28 @@ def test_an_llmapi_group_of_two_pods_serves_with_one_rank_in_each(env: Env) -> N
     links = in_pod(env, wname, CONNECTIONS)
     assert [lip, STANDIN_LEADER_PORT] in [[ip, port] for _, ip, port in links], links
     assert env.answer(NAME) == EXPECTED_4
+    # llmapi's request asks for a stream with its `streaming` input (the ensemble's: `stream`).
     body = json.dumps({"text_input": PROMPT, env.asks(NAME)["length_input"]: 3,
-                       "stream": True}).encode()
+                       "streaming": True}).encode()
     req = urllib.request.Request(env.url(NAME, "generate_stream"), body, method="POST",
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         events = [json.loads(line[5:]) for line in resp.read().decode().splitlines()
                   if line.startswith("data:")]
     assert len(events) >= 2 and all("text_output" in e for e in events), events
+
+
+def test_a_lost_llmapi_worker_pod_recreates_the_group(env: Env) -> None:
+    leader, workers = leader_and_worker(env, NAME)
+    old = {leader["metadata"]["uid"], workers[0]["metadata"]["uid"]}
+    start = time.monotonic()
+    env.kubectl("delete", "pod", workers[0]["metadata"]["name"], "--wait=false")
+    wait_new_group(env, NAME, old)
+    print(f"\n[measure] llmapi multi-node: worker deleted -> new group answers "
+          f"{time.monotonic() - start:.1f} s")
+    events = env.kubectl("get", "events", "--field-selector", "reason=RecreateGroup",
+                         "-o", "json").stdout
+    assert "deleted leader pod" in events, events[-2000:]
 
 
 def test_a_killed_llmapi_worker_rank_restarts_the_group(env: Env) -> None:
@@ -141,3 +160,19 @@ def test_a_killed_llmapi_worker_rank_restarts_the_group(env: Env) -> None:
     failed = [e for e in _events(env, NAME) if e.get("reason") == "ServingPodFailed"]
     assert failed and "exited with code" in failed[-1]["message"], _events(env, NAME)
     assert "mpirun" in failed[-1]["message"], failed[-1]["message"]
+    print(f"[measure] llmapi multi-node: the operator said: {failed[-1]['message']}")
+
+
+def test_an_llmapi_group_rolls_under_load_with_no_failed_request(env: Env) -> None:
+    """A launch setting changed under steady load: verified first on a group of its own, then a
+    new group; the old one drains (its leader's SIGTERM reaches the tritonserver that rank 0's
+    launcher started) and no request fails."""
+    changed = example_body(EXAMPLE.stem)
+    changed["spec"]["serving"]["kvCache"] = {"freeGpuMemFraction": 0.8}
+    answered, failures, seconds, verify_pods = roll_under_load(env, NAME, changed, pods=2)
+    rollout = get_cr(env.cluster, env.ns, NAME)["status"]["rollout"]
+    print(f"\n[measure] llmapi multi-node rollout, 1 group: {answered + len(failures)} "
+          f"requests, {len(failures)} failed, {seconds:.1f} s; {rollout['message']}")
+    assert answered > 10 and not failures, failures[:5]
+    assert rollout["state"] == "Verified", rollout
+    assert verify_pods == {f"{NAME}-verify-0", f"{NAME}-verify-0-1"}, verify_pods

@@ -365,6 +365,36 @@ def test_world_size_four_with_two_ranks_per_pod(env: Env) -> None:
     env.kubectl("delete", "tllm", name, "--wait=true", "--timeout=120s")
 
 
+def roll_under_load(env: Env, name: str, changed: dict[str, Any],
+                    pods: int) -> tuple[int, list[str], float, set[str]]:
+    """Apply `changed` under steady load and wait until every group rolled over (Deployed, `pods`
+    pods, none of the old ones): (answered, failures, seconds, verification pods seen)."""
+    before = {p["metadata"]["uid"] for p in env.group_pods(name)}
+    verify_pods: set[str] = set()
+
+    def rolled() -> bool:
+        verify_pods.update(p["metadata"]["name"] for p in env.group_pods(f"{name}-verify"))
+        now = env.group_pods(name)
+        cr = get_cr(env.cluster, env.ns, name)
+        done = any(c["type"] == "Progressing" and c["reason"] == "Deployed"
+                   for c in (cr.get("status") or {}).get("conditions") or [])
+        return done and len(now) == pods and not {p["metadata"]["uid"] for p in now} & before
+
+    with Load(env.url(name), length_input=env.asks(name)["length_input"]) as load:
+        time.sleep(2)
+        start = time.monotonic()
+        env.cluster.kubectl("apply", "-n", env.ns, "-f", "-", input=json.dumps(changed))
+        try:
+            wait_for(rolled, timeout=420, interval=1, what="every group rolled over")
+        except Exception as exc:
+            raise AssertionError(f"{exc}\n{env.diagnose()}") from exc
+        seconds = time.monotonic() - start
+        time.sleep(3)
+        end = time.monotonic()
+    answered, failures = load.between(start, end)
+    return answered, failures, seconds, verify_pods
+
+
 def test_a_rollout_of_two_groups_loses_no_request(env: Env) -> None:
     name = "mn-rollout"
     obj = example(name, serving={"replicas": 2})
@@ -373,33 +403,10 @@ def test_a_rollout_of_two_groups_loses_no_request(env: Env) -> None:
     wait_for(lambda: len(env.group_pods(name)) == 4 and (get_cr(env.cluster, env.ns, name)
              .get("status") or {}).get("readyReplicas") == 2, timeout=240, interval=1,
              what="two groups ready")
-    before = {p["metadata"]["uid"] for p in env.group_pods(name)}
     changed = copy.deepcopy(obj)
     # A launch setting: the repository (and so the pods) change, the engine does not.
     changed["spec"]["serving"]["kvCache"] = {"freeGpuMemFraction": 0.8}
-    with Load(env.url(name)) as load:
-        time.sleep(2)
-        start = time.monotonic()
-        env.cluster.kubectl("apply", "-n", env.ns, "-f", "-", input=json.dumps(changed))
-
-        verify_pods: set[str] = set()
-
-        def rolled() -> bool:
-            verify_pods.update(p["metadata"]["name"] for p in env.group_pods(f"{name}-verify"))
-            pods = env.group_pods(name)
-            cr = get_cr(env.cluster, env.ns, name)
-            done = any(c["type"] == "Progressing" and c["reason"] == "Deployed"
-                       for c in (cr.get("status") or {}).get("conditions") or [])
-            return done and len(pods) == 4 and not {p["metadata"]["uid"] for p in pods} & before
-
-        try:
-            wait_for(rolled, timeout=420, interval=1, what="both groups rolled over")
-        except Exception as exc:
-            raise AssertionError(f"{exc}\n{env.diagnose()}") from exc
-        seconds = time.monotonic() - start
-        time.sleep(3)
-        end = time.monotonic()
-    answered, failures = load.between(start, end)
+    answered, failures, seconds, verify_pods = roll_under_load(env, name, changed, pods=4)
     rollout = get_cr(env.cluster, env.ns, name)["status"]["rollout"]
     print(f"\n[measure] multi-node rollout, 2 groups: {answered + len(failures)} requests, "
           f"{len(failures)} failed, {seconds:.1f} s; verified first on a group of its own: "

@@ -148,12 +148,13 @@ def start(install: TritonInstall, dep: TritonLLMDeployment, root: Path, model_di
 def stop(proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
     if proc.poll() is None:
         proc.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)  # tritonserver and its stubs
-        proc.wait()
+    # tritonserver and whatever outlived it in its group: a stub (and the LLM's worker ranks)
+    # whose server exited on its own would otherwise be left behind.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, 9)
+    proc.wait()
 
 
 @contextlib.contextmanager

@@ -12,8 +12,12 @@ iteration every TOKEN_DELAY seconds, all requests of the batch together (in-flig
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -257,14 +261,12 @@ def test_streaming_sends_one_delta_per_step_then_the_final(streaming: LlmapiServ
               ("sampling_param_max_tokens", "INT32", np.array([tokens], np.int32)),
               ("streaming", "BOOL", np.array([True], bool)),
               ("return_finish_reason", "BOOL", np.array([True], bool))]
-    results = grpc_stream(streaming.server.grpc, MODEL, inputs)
+    results = grpc_stream(streaming.server.grpc, MODEL, inputs)  # up to the final-flagged one
     texts = stream_texts(results)
     assert len(texts) == tokens, texts  # one per token, the last one flagged final
     assert "".join(texts).split() == expected_text(tokens).split()
     reasons = [r.as_numpy("finish_reason")[0].decode() for r in results]
     assert reasons[-1] == "length" and set(reasons[:-1]) <= {""}, reasons
-    final = results[-1].get_response().parameters["triton_final_response"].bool_param
-    assert final
 
 
 def test_generate_stream_over_http(streaming: LlmapiServer) -> None:
@@ -505,3 +507,71 @@ def test_the_example_at_tp2_answers_in_flight(triton_install: TritonInstall, mod
                 lambda _: generate(server, ask(8)), range(batch))))
     assert [a["text_output"] for a in answers] == [expected_text(8)] * batch
     assert together < 2 * one, (together, one)
+
+
+# --- a dead rank ends the server ------------------------------------------------------------------
+
+
+WORKER_LINE = re.compile(r"tensorrt_llm SIMULATED rank=1 world=2 pid=(\d+) .*role=worker")
+
+
+@contextlib.contextmanager
+def tp2_server(install: TritonInstall, model_dir: Path, root: Path,
+               streaming: bool) -> Iterator[tuple[LlmapiServer, int]]:
+    """The example at tp 2 (the stand-in LLM spawns its worker rank as the real one spawns its
+    MPI workers), serving; with the worker's pid. Its process group is killed at the end: the
+    Python stub outlives a server that was killed."""
+    dep = example(EXAMPLE, serving={"streaming": streaming})
+    with llmapi_stack.serve(install, dep, root, model_dir, model_dir,
+                            env={ENV_TOKEN_DELAY: str(TOKEN_DELAY)}) as server:
+        try:
+            assert generate(server, ask(2))["text_output"] == expected_text(2)
+            found = WORKER_LINE.search(server.log())
+            assert found, server.log()[-3000:]
+            yield server, int(found.group(1))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.proc.pid, signal.SIGKILL)
+
+
+def assert_ended(server: LlmapiServer, worker: int, killed: float) -> None:
+    """tritonserver exits non-zero within seconds of the kill, and its log names the rank once."""
+    code = server.proc.wait(timeout=20)
+    ended = time.monotonic() - killed
+    log = server.log()
+    assert code != 0, log[-3000:]
+    assert ended < 10, ended
+    lines = [line for line in log.splitlines() if "the LLM can serve no more (" in line]
+    assert len(lines) == 1 and f"rank 1 of 2 (pid {worker} on" in lines[0], log[-3000:]
+    print(f"[dead rank] tritonserver exited {code} {ended:.2f} s after the kill: {lines[0]}")
+
+
+def test_a_dead_rank_ends_the_server(triton_install: TritonInstall, model_dir: Path,
+                                     tmp_path: Path) -> None:
+    """The LLM's worker rank is killed: the next request fails naming the rank, then
+    tritonserver exits non-zero (so the container restarts), its log naming the rank."""
+    with tp2_server(triton_install, model_dir, tmp_path, streaming=False) as (server, worker):
+        os.kill(worker, signal.SIGKILL)
+        killed = time.monotonic()
+        answer = generate(server, ask(4))
+        assert answer["status"] >= 400, answer
+        assert f"rank 1 of 2 (pid {worker} on" in answer["error"], answer
+        assert_ended(server, worker, killed)
+
+
+def test_a_dead_rank_ends_the_streams_in_flight_first(triton_install: TritonInstall,
+                                                      model_dir: Path, tmp_path: Path) -> None:
+    """A gRPC stream is generating (decoupled, one response per step) when the rank dies: it
+    ends with an error naming the rank, and only then does the server go."""
+    with tp2_server(triton_install, model_dir, tmp_path, streaming=True) as (server, worker):
+        inputs = [("text_input", "BYTES", np.array([PROMPT.encode()], object)),
+                  ("sampling_param_max_tokens", "INT32", np.array([200], np.int32)),
+                  ("streaming", "BOOL", np.array([True], bool))]
+        with ThreadPoolExecutor(1) as pool:
+            stream = pool.submit(grpc_stream, server.server.grpc, MODEL, inputs)
+            time.sleep(10 * TOKEN_DELAY)  # a few deltas out
+            os.kill(worker, signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(RuntimeError, match=rf"rank 1 of 2 \(pid {worker} on"):
+                stream.result(timeout=30)
+        assert_ended(server, worker, killed)

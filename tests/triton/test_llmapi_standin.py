@@ -370,7 +370,7 @@ def test_no_room_for_the_kv_cache_fails_the_load_as_the_real_one(
         "Invalid freeMemFraction, freeMemFraction 1.0 must be smaller than 1.0"]
 
 
-def test_tp2_spawns_a_worker_rank_and_a_dead_rank_fails_requests(
+def test_tp2_spawns_a_worker_rank_and_a_dead_rank_shuts_the_executor_down(
         triton_install: TritonInstall, checkpoint: Path) -> None:
     out = run(triton_install, f"""
     llm = LLM({str(checkpoint)!r}, tensor_parallel_size=2)
@@ -384,13 +384,17 @@ def test_tp2_spawns_a_worker_rank_and_a_dead_rank_fails_requests(
         failed = None
     except Exception as exc:
         failed = [type(exc).__name__, str(exc)]
-    try:
-        llm.generate_async("hello")
-        refused = None
-    except RuntimeError as exc:
-        refused = str(exc)
+    refused = []
+    for _ in range(2):
+        try:
+            llm.generate_async("hello")
+            refused.append(None)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+    down = llm._executor.is_shutdown()
     llm.shutdown()
-    result(text=text, worker=worker.pid, leader=os.getpid(), failed=failed, refused=refused)
+    result(text=text, worker=worker.pid, leader=os.getpid(), failed=failed, refused=refused,
+           down=down)
     """, TRITONLLM_STANDIN_TOKEN_DELAY=0.01)
     assert out["text"] == expected("hello world", 3)
     assert f"rank=0 world=2 pid={out['leader']} " in out.stdout
@@ -398,7 +402,10 @@ def test_tp2_spawns_a_worker_rank_and_a_dead_rank_fails_requests(
     name, message = out["failed"]
     assert name == "RequestError"
     assert f"rank 1 of 2 (pid {out['worker']} on" in message
-    assert out["refused"] == message
+    # As the real executor: the next submit raises the queued background error itself and shuts
+    # the executor down; every later request is refused as the real LLM refuses it.
+    assert out["refused"] == [message, "LLM is shutting down"]
+    assert out["down"] is True
 
 
 def test_tp2_needs_two_simulated_gpus(triton_install: TritonInstall, checkpoint: Path) -> None:

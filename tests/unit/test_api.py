@@ -199,7 +199,8 @@ def test_the_cel_patterns_agree_with_the_python_version_test() -> None:
             for ref in (image, image + "@sha256:" + "a" * 64):
                 after = re.search(NGC_TAG_AFTER_ENGINE_PATH_RE, ref) is not None
                 assert after == (has_engine_path(ref, None) is False), ref
-    assert re.search(NGC_TAG_AFTER_ENGINE_PATH_RE, "127.0.0.1:5000/t:26.07-trtllm-python-py3") is None
+    local = "127.0.0.1:5000/t:26.07-trtllm-python-py3"
+    assert re.search(NGC_TAG_AFTER_ENGINE_PATH_RE, local) is None
 
 
 @pytest.mark.parametrize(("runtime", "metric"), [("engine", "queueComputeRatio"),

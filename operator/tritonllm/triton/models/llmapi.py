@@ -55,16 +55,35 @@ the signal means "held but not scheduled". The LLM reports no iteration while it
 request, so once none is in flight and no statistics came for a period the request gauges, the
 batch gauges and the used blocks are set to 0 (what the next iteration would report); the
 published values then stay until the next iteration.
+
+A broken LLM ends the server. TensorRT-LLM's LLM runs its tp x pp ranks as worker processes; when
+one dies, the LLM's executor gets the error in its background-error queue (`_error_queue`: the
+proxy's callback on the rank's MPI future, tensorrt_llm/executor/proxy.py at b93e14ca), the next
+submit raises it and shuts the executor down (`_handle_background_error`,
+tensorrt_llm/executor/executor.py at ed53795b), and from then on `_executor.is_shutdown()` is true
+and `generate_async` answers every request with "LLM is shutting down" (tensorrt_llm/llmapi/llm.py
+at 4c05a748); newer versions also keep the first fatal error (`_fatal_error`). tritonserver knows
+none of this and would stay Ready, taking traffic it can only fail. So the model reads that state
+(`llm_failure`) every cancellation period and after every failed request, and once the LLM is
+broken: it logs one line naming the cause, ends every request in flight with that error, answers
+any later one with it, and sends SIGTERM to tritonserver (the stub's parent): the server stops
+taking requests, lets the answers already sent reach their clients and unloads the model. Its
+graceful stop exits 0, which would read as a clean stop to mpirun, `tritonllm launch` and the
+kubelet, so `finalize` ends the server with SIGKILL (exit 137, as a rank that dies under mpirun
+ends the engine path's job), without shutting the LLM down (with a dead rank that can wait
+forever); and if the unload has not come within END_GRACE_S, a timer does the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -106,6 +125,8 @@ BATCHER_TYPES = ("total_context_tokens", "generation_requests", "micro_batch_id"
                  "paused_requests")
 GENERAL_TYPES = ("iteration_counter", "timestamp")
 TOKEN_LEN_BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]  # the C++ backend's buckets
+END_GRACE_S = 10.0  # SIGTERM to SIGKILL when the graceful stop does not reach the unload
+SHUT_DOWN = "its executor shut down"
 
 
 def _tensor(request: Any, name: str) -> np.ndarray | None:
@@ -251,6 +272,49 @@ def _cancelled(flights: list[Flight]) -> list[bool]:
     return [not f.closed and bool(f.request.is_cancelled()) for f in flights]
 
 
+def _queued_errors(executor: Any) -> list[BaseException]:
+    """The executor's fatal error (newer versions) and the errors waiting in its background-error
+    queue (a queue.Queue, read under its own lock, nothing taken out)."""
+    found = [getattr(executor, "_fatal_error", None)]
+    errors = getattr(executor, "_error_queue", None)
+    mutex = getattr(errors, "mutex", None)
+    if mutex is not None:
+        with mutex:
+            found += list(errors.queue)  # type: ignore[union-attr]
+    return [error for error in found if isinstance(error, BaseException)]
+
+
+def llm_failure(llm: Any) -> str | None:
+    """Why the LLM can serve no more, read as TensorRT-LLM's LLM reads its own state (its
+    executor gone or shut down, a background error waiting); None while it serves, and for an
+    LLM without that state to read."""
+    if not hasattr(llm, "_executor"):
+        return None
+    executor = llm._executor
+    if executor is None:
+        return "the LLM has no executor (it was shut down)"
+    for error in _queued_errors(executor):
+        return f"{type(error).__name__}: {error}"
+    is_shutdown = getattr(executor, "is_shutdown", None)
+    return SHUT_DOWN if callable(is_shutdown) and is_shutdown() else None
+
+
+def failure_cause(reason: str, seen: BaseException | None) -> str:
+    """The cause to log: the state read, and what a request saw when the state alone says
+    little (the queued error was raised to that request and left the queue)."""
+    if seen is None or reason != SHUT_DOWN:
+        return reason
+    return f"{reason}; a request failed with {type(seen).__name__}: {seen}"
+
+
+def _kill_server(pid: int, sig: signal.Signals) -> None:
+    """Signal tritonserver, our stub's parent (never anything else: an orphaned stub's parent
+    is init)."""
+    if pid > 1 and os.getppid() == pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def _stat_dict(stat: Any) -> dict[str, Any]:
     if isinstance(stat, str | bytes):
         stat = json.loads(stat)
@@ -382,6 +446,8 @@ class TritonPythonModel:
             self.metrics.publish({("nv_trt_llm_request_metrics", "max"):
                                   float(llm_args["max_batch_size"])})
         self.flights: set[Flight] = set()  # touched on the loop only
+        self.fatal: str | None = None  # why the LLM can serve no more (then the server ends)
+        self.finalizing = False
         # Statistics exist only once a request was submitted (the LLM says so on every ask).
         self.submitted = False
         # One thread for every call into the server, in order: sends, is_cancelled, metrics.
@@ -391,7 +457,8 @@ class TritonPythonModel:
                                        daemon=True)
         self.thread.start()
         self.tasks = [asyncio.run_coroutine_threadsafe(coro, self.loop)
-                      for coro in (self._watch_cancellation(), self._watch_stats())]
+                      for coro in (self._watch_cancellation(), self._watch_stats(),
+                                   self._watch_health())]
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -399,8 +466,12 @@ class TritonPythonModel:
         return None
 
     def finalize(self) -> None:
+        self.finalizing = True
         for task in self.tasks:
             task.cancel()
+        if self.fatal is not None:  # the server drained what it could: end it, non-zero
+            _kill_server(os.getppid(), signal.SIGKILL)
+            return
         try:  # on the loop, which owns the flights
             asyncio.run_coroutine_threadsafe(self._abort_all(), self.loop).result(timeout=10)
         except Exception as exc:
@@ -422,6 +493,9 @@ class TritonPythonModel:
     async def _serve(self, request: Any) -> None:
         sender = request.get_response_sender()
         try:
+            if self.fatal is not None:
+                raise RuntimeError(f"the LLM can serve no more: {self.fatal}; tritonserver is "
+                                   "ending")
             if _scalar(request, "stop"):
                 await self._stop(request.request_id() or "", sender)
                 return
@@ -429,7 +503,7 @@ class TritonPythonModel:
             output = self.llm.generate_async(parsed.prompt, sampling_params=parsed.params,
                                              streaming=parsed.streaming)
         except Exception as exc:  # this request's error, reported to its client
-            await self._io(sender.send, _error(str(exc)), flags=FINAL)
+            await self._io(sender.send, _error(self._message(str(exc), exc)), flags=FINAL)
             return
         self.submitted = True
         flight = Flight(request, sender, request.request_id() or "", output)
@@ -437,19 +511,60 @@ class TritonPythonModel:
         try:
             await self._relay(flight, parsed)
         except Exception as exc:
-            output.abort()
+            if self.fatal is None:  # a broken LLM's abort could wait on its dead ranks
+                output.abort()
+            message = self._message(f"generation failed: {exc}", exc)
             if not flight.closed:
                 flight.closed = True
-                await self._io(sender.send, _error(f"generation failed: {exc}"), flags=FINAL)
+                await self._io(sender.send, _error(message), flags=FINAL)
         finally:
             self.flights.discard(flight)
+
+    def _message(self, message: str, exc: BaseException) -> str:
+        """A failed request's error; once the LLM is broken, naming why and what follows."""
+        with contextlib.suppress(Exception):  # the request gets its error whatever happens
+            self._check(exc)
+        if self.fatal is None or self.fatal in message:
+            return message
+        return f"{message} (the LLM can serve no more: {self.fatal}; tritonserver is ending)"
+
+    def _check(self, seen: BaseException | None = None) -> None:
+        """On the loop: is the LLM broken? The first time it is, end the server."""
+        if self.fatal is not None or self.finalizing:
+            return
+        reason = llm_failure(self.llm)
+        if reason is None:
+            return
+        self.fatal = failure_cause(reason, seen)
+        self.loop.create_task(self._end())
+
+    async def _end(self) -> None:
+        """Log the cause, end what is in flight with it, then stop tritonserver (SIGTERM; the
+        unload or the timer turns it into SIGKILL: see the module docstring)."""
+        pid = os.getppid()
+        pb_utils.Logger.log_error(
+            f"llmapi: the LLM can serve no more ({self.fatal}); stopping tritonserver (pid "
+            f"{pid}) so that the container exits and is restarted")
+        for flight in list(self.flights):
+            if not flight.closed:
+                flight.closed = True
+                await self._io(flight.sender.send, _error(
+                    f"generation failed: the LLM can serve no more: {self.fatal}"), flags=FINAL)
+        await self._io(lambda: None)  # the helper has sent everything queued before
+        _kill_server(pid, signal.SIGTERM)
+        timer = threading.Timer(END_GRACE_S, _kill_server, (pid, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
     async def _relay(self, flight: Flight, parsed: Parsed) -> None:
         last = flight.output
         async for step in flight.output:
             last = step
-            if parsed.streaming and not step.finished and flight.ended != "client":
+            if parsed.streaming and not step.finished and flight.ended != "client" \
+                    and not flight.closed:  # closed: its final (error) response went out
                 await self._io(flight.sender.send, response(step, parsed, delta=True))
+        if flight.closed:  # ended already: the LLM broke
+            return
         if flight.ended == "client":
             final = _error("Request cancelled by client", cancelled=True)
         else:
@@ -481,6 +596,17 @@ class TritonPythonModel:
                 if cancelled and not flight.ended:
                     flight.ended = "client"
                     flight.output.abort()
+
+    async def _watch_health(self) -> None:
+        warned = False
+        while True:
+            await asyncio.sleep(self.cancel_period)
+            try:
+                self._check()
+            except Exception as exc:  # reading the LLM's state must never stop serving
+                if not warned:
+                    pb_utils.Logger.log_warn(f"llmapi: the LLM's state is unreadable: {exc}")
+                warned = True
 
     async def _watch_stats(self) -> None:
         while True:

@@ -25,6 +25,7 @@ import collections
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..executor.result import GenerationResult, Response
@@ -65,10 +66,13 @@ class Limits:
 
 
 class Engine:
-    def __init__(self, kv: KvCache, limits: Limits, hub: Any) -> None:
+    def __init__(self, kv: KvCache, limits: Limits, hub: Any,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         self.kv = kv
         self.limits = limits
         self._hub = hub
+        # Where a lost rank is reported first (the executor's background-error queue).
+        self._on_fatal = on_fatal
         self._cond = threading.Condition()
         self._waiting: collections.deque[Request] = collections.deque()
         self._active: list[Request] = []
@@ -84,8 +88,9 @@ class Engine:
     # --- callers -------------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
         with self._cond:
-            if self.failed:
-                raise RuntimeError(self.failed)
+            if self.failed:  # a dead world never answers; the executor raises why
+                request.result._push(Response([], final=True, error=self.failed))
+                return
             if self._stop:
                 raise RuntimeError("LLM is shutting down")
             self.submitted = True
@@ -133,15 +138,19 @@ class Engine:
                 elif self._hub is not None:
                     self._hub.ping()
         except RankLost as exc:
-            self._fail(str(exc))
+            self._fail(exc)
         except Exception as exc:  # the executor died: every request learns why
-            self._fail(f"SIMULATED executor error: {exc!r}")
+            self._fail(RuntimeError(f"SIMULATED executor error: {exc!r}"))
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, error: BaseException) -> None:
+        """The background error first (as the real proxy's MPI future callback queues it), then
+        the requests in flight get its message."""
+        if self._on_fatal is not None:
+            self._on_fatal(error)
         with self._cond:
-            self.failed = message
+            self.failed = str(error)
             self._cond.notify_all()
-        self._fail_all(message)
+        self._fail_all(str(error))
 
     def _fail_all(self, message: str) -> None:
         with self._cond:

@@ -47,6 +47,7 @@ from .._standin.model import (
     load_tokenizer,
     read_checkpoint,
 )
+from ..executor.executor import GenerationExecutor
 from ..executor.result import IterationResult, RequestOutput
 from ..sampling_params import SamplingParams
 from .llm_args import check_llm_kwargs
@@ -140,6 +141,7 @@ class LLM:
                  dtype: str = "auto", revision: str | None = None,
                  tokenizer_revision: str | None = None, **kwargs: Any) -> None:
         self._engine: Engine | None = None
+        self._executor: GenerationExecutor | None = None
         self._ranks: _Ranks | None = None
         kwargs = check_llm_kwargs(kwargs)
         backend = kwargs.pop("backend", None) or "pytorch"
@@ -194,7 +196,13 @@ class LLM:
         )
         kv = KvCache(blocks, per_block, reuse=True if reuse is None else bool(reuse))
         assert self._ranks is not None
-        self._engine = Engine(kv, limits, self._ranks.hub)
+        executor = GenerationExecutor(stop=self._stop_engine)
+        self._engine = Engine(kv, limits, self._ranks.hub, executor.background_error)
+        self._executor = executor
+
+    def _stop_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.stop()
 
     # --- generation ----------------------------------------------------------------------------
     def _prepare_sampling_params(self, params: SamplingParams | None) -> SamplingParams:
@@ -234,7 +242,9 @@ class LLM:
                        disaggregated_params: Any = None, _postproc_params: Any = None,
                        scheduling_params: Any = None, cache_salt: str | None = None
                        ) -> RequestOutput:
-        if self._engine is None:
+        # The real check (llm.py): an executor that shut down, e.g. after a rank died, takes no
+        # request.
+        if self._executor is None or self._executor.is_shutdown() or self._engine is None:
             raise RuntimeError("LLM is shutting down")
         params = self._prepare_sampling_params(sampling_params)
         prompt, ids = self._prompt(inputs, params)
@@ -250,6 +260,9 @@ class LLM:
         result = RequestOutput(request_id, prompt, ids, params, streaming, self.tokenizer,
                                self._engine.abort)
         self._engine.submit(Request(request_id, ids, params, streaming, result))
+        # As the real proxy's submit: a queued background error (a lost rank) shuts the executor
+        # down and is raised here.
+        self._executor._handle_background_error()
         return result
 
     def generate(self, inputs: Any, sampling_params: SamplingParams | Sequence[SamplingParams]
@@ -286,6 +299,9 @@ class LLM:
 
     # --- lifetime ------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.doing_shutdown = True
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.stop()

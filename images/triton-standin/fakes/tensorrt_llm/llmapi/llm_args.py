@@ -4,7 +4,8 @@ The real LLM (TensorRT-LLM, tensorrt_llm/llmapi/llm.py, BaseLLM.__init__) refuse
 that is not a field of its arguments class (TorchLlmArgs for the PyTorch backend) with
 ``ValueError("LLM got invalid argument: <key>")``, after logging "Failed to parse the arguments
 for the LLM constructor: ...". That check is in the stored versions of llm.py of the 1.x line
-read here (NVIDIA/TensorRT-LLM main, 2025-2026), reported for 1.0.0rc4 (issue #7752) and came
+read here (NVIDIA/TensorRT-LLM main, 2025-2026), reported for 1.0.0rc4
+([issue #7752](https://github.com/NVIDIA/TensorRT-LLM/issues/7752)) and came
 with mid-2025 changes (PR #4922); an older stored version (commit 00966934, 0.19 era) lacks it,
 and there the arguments class itself, a pydantic model with extra='forbid', refuses the key with
 a ``ValidationError`` (a ValueError). The stand-in raises the first for versions >= 0.21, the
