@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.operator_harness import get_cr, run_operator, wait_condition
+from tests.cluster.operator_harness import Operator, get_cr, run_operator, wait_condition
 from tests.cluster.test_real_flow import (
     EXAMPLE,
     _diagnose,
@@ -53,6 +53,23 @@ def launch_plan(cluster: LocalCluster, ns: str, repo_key: str) -> dict[str, Any]
     return dict(json.loads(next(v for k, v in data.items() if k.endswith("launch.json"))))
 
 
+def refused_by_the_next_pod(cluster: LocalCluster, ns: str, name: str, op: Operator
+                            ) -> dict[str, Any]:
+    """After the store was rewritten: the serving pod deleted, the next one refuses the engine.
+    The deployment's Degraded condition (reason EngineTampered, an engine digest mismatch)."""
+    (pod,) = [p["metadata"]["name"] for p in _pods(cluster, ns, "server")]
+    cluster.kubectl("delete", "pod", pod, "-n", ns, "--wait=false")
+    try:
+        obj = wait_condition(cluster, ns, name, "Degraded", "True",
+                             reason="EngineTampered", timeout=240)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{_diagnose(cluster, ns, op)}") from exc
+    degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
+    print(f"\nDegraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
+    assert "engine digest mismatch" in degraded["message"], degraded
+    return dict(degraded)
+
+
 def test_a_serving_pod_refuses_an_engine_rewritten_on_the_store(
     cluster: LocalCluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -73,16 +90,7 @@ def test_a_serving_pod_refuses_an_engine_rewritten_on_the_store(
         assert plan["engineDigest"]["engine"] == record["digest"], plan
 
         rewrite_store(engine)  # an engine file, artifact.json and a marker, all rewritten
-        (pod,) = [p["metadata"]["name"] for p in _pods(cluster, ns, "server")]
-        cluster.kubectl("delete", "pod", pod, "-n", ns, "--wait=false")
-        try:
-            obj = wait_condition(cluster, ns, NAME, "Degraded", "True",
-                                 reason="EngineTampered", timeout=240)
-        except Exception as exc:
-            raise AssertionError(f"{exc}\n{_diagnose(cluster, ns, op)}") from exc
-        degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
-        print(f"\nDegraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
-        assert "engine digest mismatch" in degraded["message"], degraded
+        degraded = refused_by_the_next_pod(cluster, ns, NAME, op)
         assert "exited with code 18" in degraded["message"], degraded
         # No pod of the deployment serves the rewritten engine.
         wait_for(lambda: all(not all(s.get("ready") for s in

@@ -105,6 +105,12 @@ def _post(url: str, body: dict[str, Any], timeout: float = 60) -> bytes:
         return bytes(resp.read())
 
 
+def _sse_events(body: bytes) -> list[dict[str, Any]]:
+    """The events of a generate_stream answer (server-sent events), each one's JSON."""
+    return [json.loads(line[len(b"data:"):]) for line in body.splitlines()
+            if line.startswith(b"data:")]
+
+
 def _service_ip(cluster: LocalCluster, ns: str, name: str) -> str:
     return str(cluster.kubectl_json("get", "svc", name, "-n", ns)["spec"]["clusterIP"])
 
@@ -320,8 +326,7 @@ def test_cpu_standin_example_serves_on_real_containers(
         ip = _service_ip(cluster, ns, "cpu-standin")
         body = _post(f"http://{ip}:8000/v2/models/ensemble/generate_stream",
                      {"text_input": PROMPT, "max_tokens": 5, "stream": True})
-        events = [json.loads(line[len(b"data: "):]) for line in body.splitlines()
-                  if line.startswith(b"data: ")]
+        events = _sse_events(body)
         assert [e.get("text_output") for e in events] == ["", "hello", "world", "", "hello"], \
             body[-2000:]
         assert _grpc_stream(f"{ip}:8001") == ["", "hello", "world"]

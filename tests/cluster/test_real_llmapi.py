@@ -40,6 +40,7 @@ from tests.cluster.test_real_flow import (
     _pods,
     _post,
     _service_ip,
+    _sse_events,
     _timeline,
     _volume_dir,
     answer_script,
@@ -156,8 +157,7 @@ def test_cpu_standin_llmapi_example_serves_on_real_containers(
                                                        ask["length_input"]: 5}))["text_output"]
         body = _post(f"{base}/generate_stream", {"text_input": PROMPT, "streaming": True,
                                                  ask["length_input"]: 5})
-        pieces = [json.loads(line[len(b"data: "):])["text_output"] for line in body.splitlines()
-                  if line.startswith(b"data: ")]
+        pieces = [e["text_output"] for e in _sse_events(body)]
         assert whole.startswith(EXPECTED_4) and len(pieces) > 1, (whole, body[-2000:])
         assert "".join(pieces) == whole, (pieces, whole)
 

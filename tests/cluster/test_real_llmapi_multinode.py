@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +37,7 @@ from tests.cluster.test_real_multinode import (
     _events,
     group_env,
     leader_and_worker,
+    lose_the_worker,
     rank_map,
     ready_and_answering,
     roll_under_load,
@@ -119,27 +119,13 @@ def test_an_llmapi_group_of_two_pods_serves_with_one_rank_in_each(env: Env) -> N
     assert [lip, STANDIN_LEADER_PORT] in [[ip, port] for _, ip, port in links], links
     assert env.answer(NAME) == EXPECTED_4
     # llmapi's request asks for a stream with its `streaming` input (the ensemble's: `stream`).
-    body = json.dumps({"text_input": PROMPT, env.asks(NAME)["length_input"]: 3,
-                       "streaming": True}).encode()
-    req = urllib.request.Request(env.url(NAME, "generate_stream"), body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        events = [json.loads(line[5:]) for line in resp.read().decode().splitlines()
-                  if line.startswith("data:")]
+    events = env.stream(NAME, {"text_input": PROMPT, env.asks(NAME)["length_input"]: 3,
+                               "streaming": True})
     assert len(events) >= 2 and all("text_output" in e for e in events), events
 
 
 def test_a_lost_llmapi_worker_pod_recreates_the_group(env: Env) -> None:
-    leader, workers = leader_and_worker(env, NAME)
-    old = {leader["metadata"]["uid"], workers[0]["metadata"]["uid"]}
-    start = time.monotonic()
-    env.kubectl("delete", "pod", workers[0]["metadata"]["name"], "--wait=false")
-    wait_new_group(env, NAME, old)
-    print(f"\n[measure] llmapi multi-node: worker deleted -> new group answers "
-          f"{time.monotonic() - start:.1f} s")
-    events = env.kubectl("get", "events", "--field-selector", "reason=RecreateGroup",
-                         "-o", "json").stdout
-    assert "deleted leader pod" in events, events[-2000:]
+    lose_the_worker(env, NAME, "llmapi multi-node")
 
 
 def test_a_killed_llmapi_worker_rank_restarts_the_group(env: Env) -> None:

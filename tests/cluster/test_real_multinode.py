@@ -45,6 +45,7 @@ from tests.cluster.test_real_flow import (
     _grpc_stream,
     _post,
     _service_ip,
+    _sse_events,
     asks,
     restrict,
     script_pod,
@@ -100,6 +101,10 @@ class Env:
         except OSError:
             return None
         return str(out.get("text_output"))
+
+    def stream(self, name: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """generate_stream through the operator's Service: each event's JSON."""
+        return _sse_events(_post(self.url(name, "generate_stream"), body))
 
     def diagnose(self) -> str:
         return _diagnose(self.cluster, self.ns, self.op)
@@ -188,14 +193,7 @@ def test_a_group_of_two_pods_serves_with_one_rank_in_each(env: Env) -> None:
     assert f"event=worker-ready host={dns} address={worker['status']['podIP']}" in log, log[-3000:]
     # generate, generate_stream (SSE) and gRPC streaming through the operator's Service.
     assert env.answer(NAME) == EXPECTED_4
-    body = json.dumps({"text_input": PROMPT, "max_tokens": 3, "stream": True}).encode()
-    import urllib.request
-
-    req = urllib.request.Request(env.url(NAME, "generate_stream"), body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        events = [json.loads(line[5:]) for line in resp.read().decode().splitlines()
-                  if line.startswith("data:")]
+    events = env.stream(NAME, {"text_input": PROMPT, "max_tokens": 3, "stream": True})
     assert len(events) >= 2 and all("text_output" in e for e in events), events
     grpc = _grpc_stream(f"{_service_ip(env.cluster, env.ns, NAME)}:8001")
     assert grpc and "".join(grpc).strip(), grpc
@@ -266,17 +264,24 @@ def wait_new_group(env: Env, name: str, old: set[str]) -> None:
         raise AssertionError(f"{exc}\n{env.diagnose()}") from exc
 
 
-def test_a_lost_worker_recreates_the_group_and_it_answers_again(env: Env) -> None:
-    leader, workers = leader_and_worker(env, NAME)
+def lose_the_worker(env: Env, name: str, what: str) -> None:
+    """The group's worker pod deleted: LeaderWorkerSet recreates the whole group (its
+    RecreateGroup event: it deleted the leader pod) and the new group answers. `what` names the
+    measurement."""
+    leader, workers = leader_and_worker(env, name)
     old = {leader["metadata"]["uid"], workers[0]["metadata"]["uid"]}
     start = time.monotonic()
     env.kubectl("delete", "pod", workers[0]["metadata"]["name"], "--wait=false")
-    wait_new_group(env, NAME, old)
+    wait_new_group(env, name, old)
     took = time.monotonic() - start
-    print(f"\n[measure] multi-node: worker deleted -> new group answers {took:.1f} s")
+    print(f"\n[measure] {what}: worker deleted -> new group answers {took:.1f} s")
     events = env.kubectl("get", "events", "--field-selector", "reason=RecreateGroup",
                          "-o", "json").stdout
     assert "deleted leader pod" in events, events[-2000:]
+
+
+def test_a_lost_worker_recreates_the_group_and_it_answers_again(env: Env) -> None:
+    lose_the_worker(env, NAME, "multi-node")
 
 
 def _events(env: Env, name: str) -> list[dict[str, Any]]:

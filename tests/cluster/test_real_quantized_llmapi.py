@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.operator_harness import get_cr, jobs, run_operator, wait_condition
-from tests.cluster.test_real_engine_digest import launch_plan
+from tests.cluster.operator_harness import get_cr, jobs, run_operator
+from tests.cluster.test_real_engine_digest import launch_plan, refused_by_the_next_pod
 from tests.cluster.test_real_flow import (
     EXPECTED_4,
     _diagnose,
@@ -38,6 +38,7 @@ from tests.cluster.test_real_flow import (
     seeded,
 )
 from tests.helpers import example_body
+from tests.unit.test_engine_digest import reseal
 from tritonllm.api import constants as c
 from tritonllm.runtime import engine_files, verified
 from tritonllm_dev.local import LocalCluster
@@ -63,13 +64,7 @@ def rewrite_checkpoint(directory: Path) -> None:
     """Change a file of the export, then artifact.json's checksums and a marker to match."""
     victim = directory / "tokenizer_config.json"
     victim.write_text(victim.read_text().replace("}", ', "rewritten": true}', 1))
-    artifact_path = directory / engine_files.ARTIFACT
-    artifact = json.loads(artifact_path.read_text())
-    artifact["files"] = engine_files.engine_checksums(directory)
-    artifact_path.write_text(json.dumps(artifact))
-    _, digest = engine_files.read_artifact(directory)
-    names = engine_files.engine_file_paths(directory)
-    verified.write_marker(directory, digest, verified.fingerprints(directory, names), by="build")
+    reseal(directory)
 
 
 def test_an_fp8_checkpoint_is_quantized_once_anchored_and_served(
@@ -139,14 +134,5 @@ def test_an_fp8_checkpoint_is_quantized_once_anchored_and_served(
 
         # Rewritten on the store: refused by the next serving pod.
         rewrite_checkpoint(export)
-        (pod,) = [p["metadata"]["name"] for p in _pods(cluster, ns, c.COMPONENT_SERVER)]
-        cluster.kubectl("delete", "pod", pod, "-n", ns, "--wait=false")
-        try:
-            obj = wait_condition(cluster, ns, second, "Degraded", "True",
-                                 reason="EngineTampered", timeout=240)
-        except Exception as exc:
-            raise AssertionError(f"{exc}\n{_diagnose(cluster, ns, op)}") from exc
-        degraded = next(x for x in obj["status"]["conditions"] if x["type"] == "Degraded")
-        print(f"Degraded={degraded['status']} {degraded['reason']}: {degraded['message']}")
-        assert "engine digest mismatch" in degraded["message"], degraded
+        refused_by_the_next_pod(cluster, ns, second, op)
         assert get_cr(cluster, ns, second)["status"]["reason"] == "EngineTampered"

@@ -34,6 +34,7 @@ import ast
 import json
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,16 @@ def _annotation_kind(node: ast.AST) -> str:
     return text
 
 
+def _plugin_config_fields(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
+    """(name, annotation) of each annotated field of plugin.py's PluginConfig."""
+    config = next(
+        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PluginConfig"
+    )
+    for stmt in config.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            yield stmt.target.id, stmt.annotation
+
+
 def plugin_options(source: str) -> dict[str, dict[str, Any]]:
     """The options add_plugin_argument() adds, from PluginConfig and its module's lists."""
     tree = ast.parse(source)
@@ -301,17 +312,12 @@ def plugin_options(source: str) -> dict[str, dict[str, Any]]:
     per_plugin: dict[str, list[Any]] = names.get("PLUGIN_DTYPE_OPTIONS_MAP", {})
     if dtype_options is None:
         raise ValueError("plugin.py: no literal plugin dtype options")
-    config = next(
-        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PluginConfig"
-    )
     options: dict[str, dict[str, Any]] = {}
-    for stmt in config.body:
-        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-            continue
-        name = stmt.target.id.lstrip("_")
+    for field, annotation in _plugin_config_fields(tree):
+        name = field.lstrip("_")
         if name not in cli:
             continue
-        kind = _annotation_kind(stmt.annotation)
+        kind = _annotation_kind(annotation)
         if kind == "str":
             choices = per_plugin.get(name, dtype_options)
             choices = [c if c else "disable" for c in choices]
@@ -346,17 +352,10 @@ def _pydantic_plugin_options(tree: ast.Module, cli: list[str]) -> dict[str, dict
         for t in stmt.targets
         if isinstance(t, ast.Name)
     }
-    config = next(
-        n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PluginConfig"
-    )
     options: dict[str, dict[str, Any]] = {}
-    for stmt in config.body:
-        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-            continue
-        name = stmt.target.id
+    for name, ann in _plugin_config_fields(tree):
         if name not in cli:
             continue
-        ann = stmt.annotation
         optional = isinstance(ann, ast.Subscript) and ast.unparse(ann.value) == "Optional"
         members = _literal_members(ann.slice, aliases) if optional else None
         choices: list[Any] | None
@@ -403,6 +402,7 @@ _COMMENT = re.compile(r"#[^\n]*")
 _NAME = re.compile(r'\bname\s*:\s*"([^"]+)"')
 _DTYPE = re.compile(r"\bdata_type\s*:\s*(\S+)")
 _OPTIONAL = re.compile(r"\boptional\s*:\s*true\b")
+_DIMS = re.compile(r"\bdims\s*:\s*\[([^\]]*)\]")
 
 
 def _balanced(text: str, start: int, open_: str, close: str) -> int:
@@ -415,8 +415,9 @@ def _balanced(text: str, start: int, open_: str, close: str) -> int:
     raise ValueError(f"unbalanced {open_}{close}")
 
 
-def _tensors(text: str, field: str) -> dict[str, dict[str, Any]]:
-    """Each `{ name, data_type, optional }` entry of the top-level `field [ ... ]` list."""
+def _tensors(text: str, field: str, dims: bool = False) -> dict[str, dict[str, Any]]:
+    """Each `{ name, data_type, optional }` entry of the top-level `field [ ... ]` list; with
+    `dims`, its dims too (None where it has none)."""
     m = re.search(rf"^{field}\s*\[", text, re.M)
     if not m:
         return {}
@@ -428,10 +429,14 @@ def _tensors(text: str, field: str) -> dict[str, dict[str, Any]]:
         entry = block[i:end]
         name, dtype = _NAME.search(entry), _DTYPE.search(entry)
         if name and dtype:
-            out[name.group(1)] = {
+            tensor: dict[str, Any] = {
                 "data_type": dtype.group(1),
                 "optional": bool(_OPTIONAL.search(entry)),
             }
+            if dims:
+                shape = _DIMS.search(entry)
+                tensor["dims"] = [int(d) for d in shape.group(1).split(",")] if shape else None
+            out[name.group(1)] = tensor
         i = block.find("{", end)
     return out
 

@@ -37,13 +37,10 @@ import yaml
 
 from tests.contract.extract import (
     _COMMENT,
-    _DTYPE,
-    _NAME,
-    _OPTIONAL,
     BACKEND,
     TRTLLM,
     Git,
-    _balanced,
+    _tensors,
     _write,
 )
 
@@ -269,30 +266,10 @@ def llm_args_table(
 
 # --- the llmapi Triton model -----------------------------------------------------------------
 
-_DIMS = re.compile(r"\bdims\s*:\s*\[([^\]]*)\]")
-
 
 def tensors(pbtxt: str, kind: str) -> dict[str, dict[str, Any]]:
     """Each `{ name, data_type, dims, optional }` of the top-level `input`/`output` list."""
-    text = _COMMENT.sub("", pbtxt)
-    m = re.search(rf"^{kind}\s*\[", text, re.M)
-    if not m:
-        return {}
-    block = text[m.end() - 1 : _balanced(text, m.end() - 1, "[", "]")]
-    out: dict[str, dict[str, Any]] = {}
-    i = block.find("{")
-    while i != -1:
-        end = _balanced(block, i, "{", "}")
-        entry = block[i:end]
-        name, dtype, dims = _NAME.search(entry), _DTYPE.search(entry), _DIMS.search(entry)
-        if name and dtype:
-            out[name.group(1)] = {
-                "data_type": dtype.group(1),
-                "dims": [int(d) for d in dims.group(1).split(",")] if dims else None,
-                "optional": bool(_OPTIONAL.search(entry)),
-            }
-        i = block.find("{", end)
-    return out
+    return _tensors(_COMMENT.sub("", pbtxt), kind, dims=True)
 
 
 _ENV = re.compile(r"""os\.(?:environ\.get|getenv|environ\[)\(?\s*['"](\w+)['"]""")

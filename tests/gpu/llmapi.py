@@ -56,6 +56,10 @@ from tritonllm.triton.repository import render_repository
 STANDIN = Path(__file__).resolve().parent.parent / "triton" / "standin"
 MODULES = ("llmapi_gpu_standin.py", "llmapi_gpu_executor.py", "llmapi_gpu_model.py")
 SHIM = STANDIN / "llmapi_gpu_shim"
+# The CPU stand-in's SIMULATED tensorrt_llm, whose SamplingParams and CompletionOutput the GPU
+# stand-in uses: the parts it imports go beside it as llmapi_gpu_standin.SIMULATED.
+SIMULATED = STANDIN.parent.parent.parent / "images" / "triton-standin" / "fakes" / "tensorrt_llm"
+SIMULATED_PARTS = ("sampling_params.py", "executor")
 TABLES = Path(__file__).resolve().parent.parent / "contract" / "tables"
 EXAMPLE = "llmapi-llama3-8b"
 # Reference top-2 logit margin below which a bfloat16 path may pick the other token: bfloat16
@@ -225,7 +229,8 @@ def deployment(world: int, gpu_spec: dict[str, Any]) -> Any:
 
 def write_repository(dep: Any, root: Path, model_dir: Path, model_py: Path | None = None
                      ) -> Path:
-    """The rendered llmapi repository; beside model.py, the shim and the stand-in's modules.
+    """The rendered llmapi repository; beside model.py, the shim and the stand-in's modules
+    (with the CPU stand-in's parts they import).
     `model_py` replaces the rendered model.py (to try a change to it on GPUs)."""
     files = render_repository(dep, engine_dir=str(model_dir), tokenizer_dir=str(model_dir))
     if model_py is not None:
@@ -238,10 +243,23 @@ def write_repository(dep: Any, root: Path, model_dir: Path, model_py: Path | Non
     shutil.copytree(SHIM / "tensorrt_llm", version / "tensorrt_llm")
     for name in MODULES:
         shutil.copy(STANDIN / name, version / name)
+    copy_simulated(version)
     # LLM() takes the arguments of the CR's TensorRT-LLM version (its contract table).
     shutil.copy(TABLES / f"llm_args-{dep.trtllm_version}.json",
                 version / "llmapi_gpu_llm_args.json")
     return root
+
+
+def copy_simulated(version: Path) -> None:
+    """The CPU stand-in's parts the GPU stand-in imports, where it looks for them when deployed
+    (llmapi_gpu_standin.SIMULATED beside it)."""
+    for part in SIMULATED_PARTS:
+        target = version / "llmapi_cpu_standin" / part
+        if (SIMULATED / part).is_dir():
+            shutil.copytree(SIMULATED / part, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(SIMULATED / part, target)
 
 
 def adapted_argv(argv: list[str], install: TritonInstall, repo: Path,

@@ -33,13 +33,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import example, grpc_inputs, grpc_stream, stream_texts
 from tritonllm.api.deployment import TritonLLMDeployment
 
-from . import llmapi_stack
+from . import llmapi_stack, metrics
 from .llmapi_stack import MODEL, LlmapiServer, checkpoint
+from .metrics import Sample
 from .stack import ROOT, TritonInstall
 
 pytestmark = pytest.mark.triton
@@ -117,27 +117,16 @@ def ask(tokens: int, **extra: Any) -> dict[str, Any]:
     return {"text_input": PROMPT, "sampling_param_max_tokens": tokens, **extra}
 
 
-Sample = dict[tuple[str, frozenset[tuple[str, str]]], float]
 LABELS = {"model": MODEL, "version": "1"}
 
 
 def scrape(server: LlmapiServer) -> Sample:
-    with urllib.request.urlopen(f"http://{server.server.metrics}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return metrics.scrape(server.server.metrics)
 
 
 def gauges(sample: Sample, family: str, label: str) -> dict[str, float]:
     """label value -> value of the family's series of our model (model, version, label only)."""
-    out = {}
-    for (name, labels), value in sample.items():
-        if name == family:
-            extra = dict(labels)
-            assert {k: extra.pop(k, None) for k in LABELS} == LABELS, labels
-            assert list(extra) == [label], labels
-            out[extra[label]] = value
-    return out
+    return metrics.gauges(sample, family, label, LABELS)
 
 
 def requests_gauge(sample: Sample) -> dict[str, float]:

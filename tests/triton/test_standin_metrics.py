@@ -23,9 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from . import metrics
 from .conftest import EXAMPLE, example
+from .metrics import Sample
 from .stack import Server, Stack
 
 pytestmark = pytest.mark.triton
@@ -53,27 +54,13 @@ def stack(start_stack: Callable[..., Any]) -> Iterator[Stack]:
         yield running
 
 
-Sample = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
 def scrape(server: Server) -> Sample:
-    """Every sample of the metrics endpoint: (name, labels) -> value."""
-    with urllib.request.urlopen(f"http://{server.metrics}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return metrics.scrape(server.metrics)
 
 
 def gauges(sample: Sample, family: str, label: str) -> dict[str, float]:
     """label value -> value of the family's series for the tensorrt_llm model."""
-    out = {}
-    for (name, labels), value in sample.items():
-        if name == family:
-            extra = dict(labels)
-            assert {k: extra.pop(k, None) for k in MODEL} == MODEL, labels
-            assert list(extra) == [label], labels  # model, version and the category label
-            out[extra[label]] = value
-    return out
+    return metrics.gauges(sample, family, label, MODEL)
 
 
 def one(sample: Sample, name: str, **labels: str) -> float:

@@ -156,13 +156,19 @@ def rewrite_store(engine: Path) -> None:
     time.sleep(0.05)
     victim = sorted(engine.glob("rank*.engine"))[-1]
     victim.write_bytes(b"evil engine")  # the size of the fake tools' engine files
-    artifact_path = engine / engine_files.ARTIFACT
+    reseal(engine)
+
+
+def reseal(directory: Path) -> None:
+    """After a file of the engine directory changed: artifact.json's checksums rewritten to
+    match, and a verification marker for the new artifact.json."""
+    artifact_path = directory / engine_files.ARTIFACT
     artifact = json.loads(artifact_path.read_text())
-    artifact["files"] = engine_files.engine_checksums(engine)
+    artifact["files"] = engine_files.engine_checksums(directory)
     artifact_path.write_text(json.dumps(artifact))
-    _, digest = engine_files.read_artifact(engine)
-    names = engine_files.engine_file_paths(engine)
-    verified.write_marker(engine, digest, verified.fingerprints(engine, names), by="build")
+    _, digest = engine_files.read_artifact(directory)
+    names = engine_files.engine_file_paths(directory)
+    verified.write_marker(directory, digest, verified.fingerprints(directory, names), by="build")
 
 
 def test_the_build_reports_the_digest_of_what_artifact_json_records(image: FakeImage) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.llmapi import adapted_argv, agreement, ids_of
+from tests.gpu.llmapi import adapted_argv, agreement, copy_simulated, ids_of
 from tests.triton.stack import TritonInstall
 from tritonllm.cli import bench
 
@@ -106,6 +106,24 @@ def test_sampling_params_are_the_real_keyword_only_dataclass() -> None:
     sampled = standin.SamplingParams(temperature=0.7, top_k=5, seed=3).wire(2)
     assert not sampled["greedy"] and (sampled["top_k"], sampled["seed"]) == (5, 3)
     assert standin.SamplingParams(ignore_eos=True).wire(2)["end_id"] is None
+
+
+def test_sampling_params_and_completion_output_are_the_cpu_stand_ins() -> None:
+    from tests.gpu.llmapi import SIMULATED
+
+    assert standin.simulated_root() == SIMULATED
+    assert Path(sys.modules[standin.CompletionOutput.__module__].__file__ or "").parent == (
+        SIMULATED / "executor")
+    with pytest.raises(ValueError, match="Greedy decoding"):  # the real SamplingParams' checks
+        standin.SamplingParams(n=2)
+    assert standin.SamplingParams(end_id=2).pad_id == 2
+
+
+def test_deployed_the_simulated_parts_are_found_beside_the_module(tmp_path: Path) -> None:
+    copy_simulated(tmp_path)
+    root = standin.simulated_root(tmp_path)
+    assert root == tmp_path / standin.SIMULATED
+    assert (root / "sampling_params.py").exists() and (root / "executor" / "result.py").exists()
 
 
 def test_streaming_result_yields_every_step_with_its_diff() -> None:

@@ -333,13 +333,7 @@ class Builder:
             log("build", "warning", message=f"built on {product!r}, but the plan asks for "
                 f"{requested!r}: the engine is tuned for the build GPU")
         gpus, _ = visible_gpus()
-        # The files are hashed once, here; their fingerprints before and after go into the
-        # verification marker, so that serving pods need not hash them again (verified.py).
-        names = engine_file_paths(self.engine_dir)
-        before = fingerprints(self.engine_dir, names)
-        files = engine_checksums(self.engine_dir)
-        after = fingerprints(self.engine_dir, names)
-        artifact = {
+        report, stable = self._publish_artifact(seconds, {
             "schema": ARTIFACT_SCHEMA,
             "engineKey": self.key,
             "trtllmVersion": self.trtllm_version,
@@ -351,20 +345,10 @@ class Builder:
             "gpuProductLabel": product_label(product) if product else None,
             "gpuProductRequested": requested,
             "gpuCount": gpus,
-            "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "seconds": round(seconds, 1),
-            "steps": self.records,
-            "files": files,
-        }
-        write_json_atomic(self.engine_dir / ARTIFACT, artifact)
-        _, artifact_digest = read_artifact(self.engine_dir)
-        stable = before == after and sorted(files) == names
-        if stable:
-            write_marker(self.engine_dir, artifact_digest, after, by="build")
-        else:
+        })
+        if not stable:
             log("build", "warning", message="an engine file changed while it was hashed: no "
                 "verification marker, every serving pod hashes the engine in full")
-        report = report_engine(artifact, after if stable else None)
         log("build", "artifact", path=str(self.engine_dir / ARTIFACT), tp=mapping.tp,
             pp=mapping.pp, trtllmVersion=self.trtllm_version, gpuProduct=product, gpus=gpus,
             digest=report["engineDigest"])
@@ -382,17 +366,33 @@ class Builder:
                 f"the checkpoint ModelOpt exported to {self.engine_dir} declares {wrong} in "
                 f"{HF_QUANT_CONFIG}, not {expected} as the plan asked (spec.engine.quantization)",
             )
-        names = engine_file_paths(self.engine_dir)
-        before = fingerprints(self.engine_dir, names)
-        files = engine_checksums(self.engine_dir)
-        after = fingerprints(self.engine_dir, names)
-        artifact = {
+        report, _ = self._publish_artifact(seconds, {
             "schema": ARTIFACT_SCHEMA,
             "kind": LLMAPI_CHECKPOINT,
             "engineKey": self.key,
             "trtllmVersion": self.trtllm_version,
             "quantization": declared,
             "gpuProduct": gpu_product(),
+        })
+        log("build", "artifact", path=str(self.engine_dir / ARTIFACT), kind=LLMAPI_CHECKPOINT,
+            quantization=declared, digest=report["engineDigest"])
+
+    def _publish_artifact(self, seconds: float, fields: dict[str, Any]
+                          ) -> tuple[dict[str, Any], bool]:
+        """artifact.json of the engine directory (an engine or llmapi's checkpoint): `fields`,
+        then when and how long it took, the steps and every file's checksum; the verification
+        marker beside it when no file changed while it was hashed. Returns report_engine's
+        report and whether the files held still (the marker was written).
+
+        The files are hashed once, here; their fingerprints before and after go into the
+        verification marker, so that serving pods need not hash them again (verified.py)."""
+        assert self.engine_dir is not None
+        names = engine_file_paths(self.engine_dir)
+        before = fingerprints(self.engine_dir, names)
+        files = engine_checksums(self.engine_dir)
+        after = fingerprints(self.engine_dir, names)
+        artifact = {
+            **fields,
             "builtAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
             "steps": self.records,
@@ -403,9 +403,7 @@ class Builder:
         stable = before == after and sorted(files) == names
         if stable:
             write_marker(self.engine_dir, artifact_digest, after, by="build")
-        report = report_engine(artifact, after if stable else None)
-        log("build", "artifact", path=str(self.engine_dir / ARTIFACT), kind=LLMAPI_CHECKPOINT,
-            quantization=declared, digest=report["engineDigest"])
+        return report_engine(artifact, after if stable else None), stable
 
 
 def _declared_quantization(directory: Path) -> dict[str, Any]:

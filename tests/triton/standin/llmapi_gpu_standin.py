@@ -5,11 +5,11 @@ tritonllm/triton/models/llmapi.py, unchanged) by tests/gpu/llmapi.py through the
 llmapi_gpu_shim/tensorrt_llm, so that `from tensorrt_llm import LLM, SamplingParams` resolves
 here. Never used by CI.
 
-The surface is the real one's (TensorRT-LLM 1.x, PyTorch backend): SamplingParams' fields and
-defaults as read from NVIDIA/TensorRT-LLM `tensorrt_llm/sampling_params.py` at
-000a01de66f0eab4ab05640711f0253f50f5209c; the rest as the project's LLM-API stand-in
-(images/triton-standin/fakes/tensorrt_llm) and its contract tables describe it; LLM_ARGS below
-is a subset of 1.x's TorchLlmArgs names, enough for any model.yaml tritonllm renders:
+The surface is the real one's (TensorRT-LLM 1.x, PyTorch backend), as the project's LLM-API
+stand-in (images/triton-standin/fakes/tensorrt_llm) and its contract tables describe it;
+SamplingParams and CompletionOutput are that stand-in's classes (SamplingParams' fields, defaults
+and checks as read from NVIDIA/TensorRT-LLM `tensorrt_llm/sampling_params.py` at
+000a01de66f0eab4ab05640711f0253f50f5209c), LLM()'s arguments those of the contract table:
 
 - `LLM(**kwargs)` with model.yaml's keys; an unknown key raises a pydantic-style "Extra inputs are
   not permitted" ValueError, as 1.x's `TorchLlmArgs` (extra="forbid") does; config classes
@@ -22,8 +22,8 @@ is a subset of 1.x's TorchLlmArgs names, enough for any model.yaml tritonllm ren
   cancelled), `stop_reason`), `generate(prompts, sampling_params)`, `get_stats(timeout)` /
   `get_stats_async(timeout)` (iteration statistics in the real JSON keys, only with
   `enable_iter_perf_stats=True`, as the PyTorch backend), `shutdown()`, `tokenizer`.
-- `SamplingParams` is a keyword-only dataclass with the real fields and defaults (max_tokens 32,
-  exclude_input_from_output True); an unknown keyword is a TypeError.
+- `SamplingParams` is a keyword-only dataclass with the real fields, defaults (max_tokens 32,
+  exclude_input_from_output True) and checks; an unknown keyword is a TypeError.
 
 How it runs, as the real LLM does: LLM() (the "proxy", in the caller's process: Triton's Python
 model stub) spawns one process per rank (`tensor_parallel_size`); rank r takes cuda:r, holds its
@@ -42,6 +42,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import shutil
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import AsyncIterator, Iterator, Sequence
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
@@ -64,57 +66,41 @@ SHUTDOWN_SECONDS = 15.0
 # --- the public surface ------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(kw_only=True)
-class SamplingParams:
-    """The real SamplingParams' public fields and defaults (unknown keyword: TypeError)."""
+# SamplingParams and CompletionOutput are the CPU stand-in's SIMULATED classes
+# (images/triton-standin/fakes/tensorrt_llm: sampling_params.py, executor/result.py), which need
+# only the standard library: beside this module as SIMULATED when deployed (tests/gpu/llmapi.py
+# copies the parts used there), else the repository's. They are imported as modules of a private
+# package, so that their relative imports resolve and the package's __init__ (which reads the
+# installed TensorRT-LLM version) does not run.
+SIMULATED = "llmapi_cpu_standin"
+_SIMULATED_PACKAGE = "_llmapi_cpu_standin_tensorrt_llm"
 
-    end_id: int | None = None
-    pad_id: int | None = None
-    max_tokens: int = 32
-    bad: str | list[str] | None = None
-    bad_token_ids: list[int] | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    include_stop_str_in_output: bool = False
-    embedding_bias: Any = None
-    logits_processor: Any = None
-    apply_batched_logits_processor: bool = False
-    n: int = 1
-    best_of: int | None = None
-    use_beam_search: bool = False
-    top_k: int | None = None
-    top_p: float | None = None
-    top_p_min: float | None = None
-    top_p_reset_ids: int | None = None
-    top_p_decay: float | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    min_tokens: int | None = None
-    beam_search_diversity_rate: float | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    length_penalty: float | None = None
-    early_stopping: int | None = None
-    no_repeat_ngram_size: int | None = None
-    min_p: float | None = None
-    beam_width_array: list[int] | None = None
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    return_context_logits: bool = False
-    return_generation_logits: bool = False
-    exclude_input_from_output: bool = True
-    return_encoder_output: bool = False
-    return_perf_metrics: bool = False
-    additional_model_outputs: list[Any] | None = None
-    lookahead_config: Any = None
-    guided_decoding: Any = None
-    ignore_eos: bool = False
-    detokenize: bool = True
-    add_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = None
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
+
+def simulated_root(where: Path = HERE) -> Path:
+    for path in (where / SIMULATED, where.parent.parent.parent / "images" / "triton-standin"
+                 / "fakes" / "tensorrt_llm"):
+        if (path / "sampling_params.py").exists():
+            return path
+    raise FileNotFoundError(f"no simulated tensorrt_llm beside {where} nor in the repository")
+
+
+def _simulated(module: str) -> types.ModuleType:
+    if _SIMULATED_PACKAGE not in sys.modules:
+        package = types.ModuleType(_SIMULATED_PACKAGE)
+        package.__path__ = [str(simulated_root())]
+        sys.modules[_SIMULATED_PACKAGE] = package
+    return importlib.import_module(f"{_SIMULATED_PACKAGE}.{module}")
+
+
+# Its logprobs here are floats, one per generated token (a form the PyTorch backend returns too).
+CompletionOutput = _simulated("executor.result").CompletionOutput
+
+
+class SamplingParams(_simulated("sampling_params").SamplingParams):
+    """The real SamplingParams (the CPU stand-in's: fields, defaults, checks; an unknown keyword
+    is a TypeError), and what this executor needs of it."""
+
+    __slots__ = ()
 
     def wire(self, eos: int | None) -> dict[str, Any]:
         """What the executor needs of it."""
@@ -249,31 +235,6 @@ def graph_batch(args: dict[str, Any]) -> int:
     return int(wanted or 128)
 
 
-@dataclasses.dataclass
-class CompletionOutput:
-    index: int
-    text: str = ""
-    token_ids: list[int] = dataclasses.field(default_factory=list)
-    cumulative_logprob: float | None = None
-    logprobs: list[float] = dataclasses.field(default_factory=list)
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    _last_text_len: int = 0
-    _last_token_len: int = 0
-
-    @property
-    def length(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def text_diff(self) -> str:
-        return self.text[self._last_text_len:]
-
-    @property
-    def token_ids_diff(self) -> list[int]:
-        return self.token_ids[self._last_token_len:]
-
-
 class RequestOutput:
     """One request's result, updated as the executor's steps arrive (real: GenerationResult)."""
 
@@ -301,7 +262,8 @@ class RequestOutput:
 
     def _apply(self, update: dict[str, Any]) -> None:
         out = self.outputs[0]
-        out._last_text_len, out._last_token_len = len(out.text), len(out.token_ids)
+        out._last_text_len, out._last_token_ids_len = len(out.text), len(out.token_ids)
+        out._last_logprobs_len = len(out.logprobs)
         out.token_ids.extend(update["tokens"])
         out.logprobs.extend(update["logprobs"])
         out.cumulative_logprob = sum(out.logprobs) if out.logprobs else None
