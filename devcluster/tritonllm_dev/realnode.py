@@ -214,6 +214,13 @@ class RealNode:
             "Corefile", node.corefile(c.kubeconfig, p.coredns_health, p.coredns_ready)
         )
         c.spawn("coredns", node.coredns_argv(corefile))
+        # kube-router reads its own Node object at start and exits when it is not there yet:
+        # the kubelet answers /healthz before it has registered the node (seconds, on a busy
+        # machine after a down/up).
+        c.wait_for(
+            lambda: c.kubectl("get", "node", NODE_NAME, check=False).returncode == 0,
+            f"node {NODE_NAME} registered",
+        )
         c.spawn("kube-router", node.kube_router_argv(c.kubeconfig))
         c.wait_for(
             lambda: _healthy(f"http://127.0.0.1:{p.proxy_healthz}/healthz"), "kube-proxy /healthz"
