@@ -8,8 +8,8 @@ of the upstream code is kept.
     python -m tests.contract.extract --mirrors /work/.mirror
     python -m tests.contract.extract --stored /tmp/stored   # the 1.2.0rc2 tables (STORED_FILES)
 
-`--mirrors` is a folder of bare git mirrors named ``<owner>+<name>/repo`` (what the session's
-`fetch` tool leaves); each source below names the mirror it is read from and the upstream
+`--mirrors` is a folder of bare git mirrors named ``<owner>+<name>/repo`` (what a repository
+fetch leaves); each source below names the mirror it is read from and the upstream
 repository its commit belongs to (a fork holds the same commit ids as its upstream). `--stored`
 is a folder of single files read from the search index, ``<commit>/<path>``.
 
@@ -87,7 +87,7 @@ TRTLLM_SNAPSHOTS = tuple(
     )
 )
 
-# TensorRT-LLM files read from the session's search index (docs/contract.md, "Sources"): no
+# TensorRT-LLM files read from a code search index (docs/contract.md, "Sources"): no
 # tree after December 2024 can be mirrored here, but the index stores single files of
 # NVIDIA/TensorRT-LLM's main branch, each at the commit that changed it. The newest stored
 # version of each file is main as of the index's last crawl: the newest stored version.py and

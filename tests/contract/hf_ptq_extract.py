@@ -2,8 +2,8 @@
 (tables/hf_ptq-<release>.json), the tool runtime llmapi's quantization Job runs
 (tritonllm.triton.build.llmapi_quantize_argv).
 
-Run by hand when a release is added (docs/contract.md), with the git mirror the session's
-`fetch` tool leaves for github:NVIDIA/Model-Optimizer:
+Run by hand when a release is added (docs/contract.md), with a bare git mirror (a repository
+fetch) of github:NVIDIA/Model-Optimizer:
 
     python -m tests.contract.hf_ptq_extract --mirrors /work/.mirror
 

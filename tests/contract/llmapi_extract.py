@@ -16,7 +16,7 @@ as ``KvCacheConfig``). Two kinds of table, one per TensorRT-LLM version an NGC t
   variables it reads and exports, what rank 0 and the other ranks run).
 
 Sources: a git mirror where one is reachable (tensorrtllm_backend's ``v0.19.0`` tag, exact), else
-files stored in the session's search index, transcribed under ``--stored DIR`` as
+files stored in a code search index, transcribed under ``--stored DIR`` as
 ``DIR/<commit>[/<side>]/<path>`` (class skeletons with the field names read, <side> for a file
 left with merge-conflict markers; nothing of them is committed).
 Every table names its repository, path(s) and commit, and says how the version was identified.
