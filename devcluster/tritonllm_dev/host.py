@@ -41,6 +41,10 @@ GATEWAY = "10.88.0.1"
 GATEWAY_CIDR = "10.88.0.1/24"
 #: Chain names of the confinement rules (``raw`` table of iptables and ip6tables).
 CONFINE_CHAIN = "TRITONLLM-CONFINE"
+# Filter-table chain that refuses what is still addressed to the Service range after kube-proxy's
+# DNAT (a Service address with no rules yet, or none at all), from the host and from pods.
+SERVICES_CHAIN = "TRITONLLM-SERVICES"
+SERVICES_JUMPS = (("OUTPUT",), ("FORWARD",))
 #: Parent cgroup of every pod of the real node (kubelet's ``cgroupRoot``).
 CGROUP_ROOT = "tritonllm-node"
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -217,17 +221,47 @@ def install_confinement(service_cidr: str) -> None:
         jump = ["PREROUTING", "-i", BRIDGE, "-j", CONFINE_CHAIN]
         if _run(tool, "-t", "raw", "-C", *jump, check=False).returncode != 0:
             _run(tool, "-t", "raw", "-I", *jump)
+    install_service_refusal(service_cidr)
+
+
+def install_service_refusal(service_cidr: str) -> None:
+    """Refuse, at once, a connection to a Service address that kube-proxy has not translated.
+
+    Such a packet would otherwise follow the default route; on a machine whose egress goes
+    through an intercepting proxy, that proxy accepts any connection and answers 404, so a
+    client (or a test waiting for a new Service to be routed) would take the proxy for the
+    model. After the nat table, a programmed ClusterIP's packets are addressed to a pod: only
+    the untranslated ones still match the range here."""
+    if _run("iptables", "-n", "-L", SERVICES_CHAIN, check=False).returncode != 0:
+        _run("iptables", "-N", SERVICES_CHAIN)
+    _run("iptables", "-F", SERVICES_CHAIN)
+    _run("iptables", "-A", SERVICES_CHAIN, "-d", service_cidr, "-p", "tcp",
+         "-j", "REJECT", "--reject-with", "tcp-reset")
+    _run("iptables", "-A", SERVICES_CHAIN, "-d", service_cidr, "-j", "REJECT")
+    for (hook,) in SERVICES_JUMPS:
+        if _run("iptables", "-C", hook, "-j", SERVICES_CHAIN, check=False).returncode != 0:
+            _run("iptables", "-I", hook, "-j", SERVICES_CHAIN)
 
 
 def confinement_rules() -> str:
-    """``iptables -t raw -S`` of the confinement chain and its jump (empty when absent)."""
+    """``iptables -S`` (raw and filter tables) of the confinement and Service-refusal chains
+    and their jumps (empty when absent)."""
     out = _run("iptables", "-t", "raw", "-S", check=False).stdout
-    return "\n".join(line for line in out.splitlines() if CONFINE_CHAIN in line)
+    out += "\n" + _run("iptables", "-S", check=False).stdout
+    return "\n".join(line for line in out.splitlines()
+                     if CONFINE_CHAIN in line or SERVICES_CHAIN in line)
 
 
 def teardown_network() -> list[str]:
     """Remove the confinement chains and the bridge; return what could not be removed."""
     problems: list[str] = []
+    for (hook,) in SERVICES_JUMPS:
+        while _run("iptables", "-C", hook, "-j", SERVICES_CHAIN, check=False).returncode == 0:
+            _run("iptables", "-D", hook, "-j", SERVICES_CHAIN, check=False)
+    if _run("iptables", "-n", "-L", SERVICES_CHAIN, check=False).returncode == 0:
+        _run("iptables", "-F", SERVICES_CHAIN, check=False)
+        if _run("iptables", "-X", SERVICES_CHAIN, check=False).returncode != 0:
+            problems.append(f"iptables chain {SERVICES_CHAIN} could not be deleted")
     for tool in ("iptables", "ip6tables"):
         jump = ["PREROUTING", "-i", BRIDGE, "-j", CONFINE_CHAIN]
         while _run(tool, "-t", "raw", "-C", *jump, check=False).returncode == 0:
@@ -259,7 +293,7 @@ def leftovers(state_dir: Path) -> list[str]:
     veths = [p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("veth")]
     out += [f"interface {v}" for v in veths]
     if confinement_rules():
-        out.append(f"iptables chain {CONFINE_CHAIN}")
+        out.append(f"iptables chains {CONFINE_CHAIN}, {SERVICES_CHAIN}")
     for tool in ("iptables", "ip6tables"):
         chains = _kube_chains(tool)
         out += [f"{tool} -t {table} chain {chain}" for table, chain in chains]

@@ -7,7 +7,9 @@ behind it). Every address a test talks to is loopback or the cluster's own bridg
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -255,6 +257,25 @@ def _dropped() -> int:
         check=True,
     ).stdout
     return sum(int(line.split()[0]) for line in out.splitlines() if " DROP " in f" {line} ")
+
+
+def test_an_unrouted_service_address_is_refused_here_not_sent_out(cluster: LocalCluster) -> None:
+    """A Service address kube-proxy has not translated (no Service has it) is refused on this
+    machine at once, from the host as from pods: it never follows the default route, where an
+    intercepting egress proxy would accept the connection and answer 404 for any model."""
+    from tritonllm_dev.local import SERVICE_CIDR
+
+    rules = host.confinement_rules()
+    assert f"-A OUTPUT -j {host.SERVICES_CHAIN}" in rules
+    assert f"-A FORWARD -j {host.SERVICES_CHAIN}" in rules
+    taken = {s["spec"].get("clusterIP") for s in cluster.kubectl_json(
+        "get", "svc", "-A")["items"]}
+    network = ipaddress.ip_network(SERVICE_CIDR)
+    free = next(str(a) for a in network.hosts() if str(a) not in taken and a.packed[-1] > 200)
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((free, 8000), timeout=5).close()
+    assert time.monotonic() - t0 < 2
 
 
 def test_pod_traffic_outside_cluster_ranges_is_dropped(
