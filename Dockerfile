@@ -10,6 +10,8 @@
 # local build runs without network access to anything but the host's own caches.
 # The build copies only the operator's package: the repository's dev tooling (devcluster/) is not
 # part of its wheel and never enters the image.
+# The package is installed with its `openai` extra: the serving pods' `openai` sidecar runs the
+# OpenAI frontend (`tritonllm openai`) from this image.
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS build
@@ -21,7 +23,7 @@ COPY operator ./operator
 RUN set -eu; \
     python3 -m venv /opt/build; \
     /opt/build/bin/pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /dist \
-      ${PIP_OFFLINE:+--no-index --find-links /wheels} .; \
+      ${PIP_OFFLINE:+--no-index --find-links /wheels} ".[openai]"; \
     python3 -m venv --without-pip /opt/venv; \
     /opt/build/bin/pip --python /opt/venv/bin/python install --no-cache-dir \
       --disable-pip-version-check --no-index /dist/*.whl; \

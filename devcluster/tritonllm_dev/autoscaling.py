@@ -65,6 +65,9 @@ ADAPTER_RELIST = "4s"
 #: Job names of the generated scrape configs.
 PODS_JOB = "kubernetes-pods"
 OPERATOR_JOB = "tritonllm-operator"
+#: The OpenAI frontends of the annotated pods (their container port named `openai`): the
+#: annotations name one port per pod, Triton's metrics port.
+OPENAI_JOB = "tritonllm-openai"
 
 ADAPTER_NAMESPACE = "monitoring"
 ADAPTER_SERVICE = "prometheus-adapter"
@@ -90,6 +93,28 @@ DEFAULT_ADAPTER_RULES: dict[str, Any] = {
         }
     ]
 }
+
+
+def _openai_job(kubeconfig: Path) -> dict[str, Any]:
+    """The `openai` container port of every annotated pod, at /metrics (role pod makes one
+    target per declared container port, at the pod's IP and that port)."""
+    return {
+        "job_name": OPENAI_JOB,
+        "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
+        "metrics_path": "/metrics",
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
+             "action": "keep", "regex": "true"},
+            {"source_labels": ["__meta_kubernetes_pod_container_port_name"],
+             "action": "keep", "regex": "openai"},
+            {"source_labels": ["__meta_kubernetes_pod_phase"],
+             "action": "drop", "regex": "Pending|Succeeded|Failed"},
+            {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+        ],
+    }
 
 
 def prometheus_config(
@@ -141,7 +166,7 @@ def prometheus_config(
             {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
         ],
     }
-    jobs = [pods_job]
+    jobs = [pods_job, _openai_job(kubeconfig)]
     if operator_targets:
         jobs.append(
             {"job_name": OPERATOR_JOB, "static_configs": [{"targets": list(operator_targets)}]}

@@ -216,9 +216,11 @@ class Wheelhouse:
 
 
 def operator_wheelhouse(root: Path) -> Wheelhouse:
-    """The operator's dependencies and build requirements, from pyproject.toml."""
+    """The operator's dependencies and build requirements, from pyproject.toml, with its
+    `openai` extra (the image runs the OpenAI frontend too)."""
     project = tomllib.loads((root / "pyproject.toml").read_text())
-    reqs = (*project["build-system"]["requires"], *project["project"]["dependencies"])
+    reqs = (*project["build-system"]["requires"], *project["project"]["dependencies"],
+            *project["project"]["optional-dependencies"]["openai"])
     return Wheelhouse("operator", tuple(reqs))
 
 

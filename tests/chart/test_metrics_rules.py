@@ -359,3 +359,62 @@ def test_promtool_evaluates_the_keda_query_of_each_signal(
         {"interval": f"{STEP}s", "input_series": input_series(pods, at // STEP),
          "promql_expr_test": [{"expr": query, "eval_time": f"{at}s",
                                "exp_samples": [{"labels": "{}", "value": total}]}]}])
+
+
+# --- the OpenAI frontend ----------------------------------------------------------------------------
+
+OPENAI_BUCKETS = ("0.1", "0.5", "1", "+Inf")
+
+
+def openai_series(pod: Pod, *, ok: int, limited: int, prompt: int, completion: int,
+                  steps: int) -> list[dict[str, str]]:
+    """One frontend's counters (increase per scrape), as its /metrics names them, with every
+    time to first token and inter-token latency observed in the (0.1, 0.5] bucket."""
+    base = {**target_labels(pod), "instance": f"{pod.name}:9000", "container": "openai",
+            "model": pod.instance}
+    chat = {**base, "endpoint": "/v1/chat/completions"}
+    out = [
+        {"series": series("tritonllm_openai_requests_total", {**chat, "status": "200"}),
+         "values": counter(ok, 0, steps)},
+        {"series": series("tritonllm_openai_requests_total", {**chat, "status": "429"}),
+         "values": counter(limited, 0, steps)},
+        {"series": series("tritonllm_openai_prompt_tokens_total", base),
+         "values": counter(prompt, 0, steps)},
+        {"series": series("tritonllm_openai_completion_tokens_total", base),
+         "values": counter(completion, 0, steps)},
+    ]
+    for name in ("time_to_first_token_seconds", "inter_token_latency_seconds"):
+        for le in OPENAI_BUCKETS:
+            out.append({"series": series(f"tritonllm_openai_{name}_bucket", {**base, "le": le}),
+                        "values": counter(0 if le == "0.1" else ok, 0, steps)})
+    return out
+
+
+@pytest.mark.chart
+def test_promtool_evaluates_the_openai_rules_per_deployment(
+    promtool: str, tmp_path: Path
+) -> None:
+    a, b = Pod("chat-0", "chat"), Pod("chat-1", "chat")
+    at = 2 * window_seconds()
+    steps = at // STEP
+    inputs = (openai_series(a, ok=4, limited=1, prompt=20, completion=8, steps=steps)
+              + openai_series(b, ok=2, limited=0, prompt=20, completion=0, steps=steps))
+    deployment = f'app_kubernetes_io_instance="chat",model="chat",namespace="{NAMESPACE}"'
+    chat = 'endpoint="/v1/chat/completions"'
+    # Linear interpolation inside (0.1, 0.5], as histogram_quantile does.
+    wanted = {
+        "tritonllm:openai_time_to_first_token_seconds:p50": [(deployment, 0.1 + 0.4 * 0.5)],
+        "tritonllm:openai_time_to_first_token_seconds:p99": [(deployment, 0.1 + 0.4 * 0.99)],
+        "tritonllm:openai_inter_token_latency_seconds:p50": [(deployment, 0.1 + 0.4 * 0.5)],
+        "tritonllm:openai_prompt_tokens:rate": [(deployment, (20 + 20) / STEP)],
+        "tritonllm:openai_completion_tokens:rate": [(deployment, (8 + 0) / STEP)],
+        "tritonllm:openai_requests:rate": [
+            (f'{deployment},{chat},status="200"', (4 + 2) / STEP),
+            (f'{deployment},{chat},status="429"', 1 / STEP)],
+    }
+    exprs = [{"expr": name, "eval_time": f"{at}s",
+              "exp_samples": [{"labels": f"{name}{{{labels}}}", "value": value}
+                              for labels, value in samples]}
+             for name, samples in wanted.items()]
+    run_promtool_test(promtool, tmp_path, [
+        {"interval": f"{STEP}s", "input_series": inputs, "promql_expr_test": exprs}])

@@ -30,6 +30,11 @@ With --on llmapi (tests/gpu/llmapi.py), runtime llmapi instead: the rendered llm
 and launch plan, with a SIMULATED LLM API computing a Llama (Llama-2-7B's architecture, random
 weights) tensor parallel on the GPUs, its answers checked against transformers, unsharded.
 
+With --openai (tests/gpu/openai_check.py), each single-pod stack also gets the product's OpenAI
+frontend (`tritonllm openai`, the FrontendConfig the operator renders for the CR) and the clients
+people run against it: the `openai` SDK (answers = Triton's own, usage, errors) and NVIDIA's
+aiperf at --openai-levels, beside `tritonllm bench --api openai`.
+
 Prints one `check ok|FAIL <name>: <detail>` line per check and writes figures.json to --out;
 exits 1 when a check failed.
 """
@@ -56,7 +61,7 @@ from typing import Any, TypeVar
 from bench.triton_pipeline import PROMPT, drive, pct
 
 from tests.fake_trtllm import FakeImage, relocate, write_plan
-from tests.gpu import pods
+from tests.gpu import openai_check, pods
 from tests.gpu.pods import PodsStack
 from tests.helpers import (
     cmdline,
@@ -671,6 +676,9 @@ def serve(started: contextlib.AbstractContextManager[Any], dep: TritonLLMDeploym
                 check.guarded("metrics", metric_checks, measured[1], gpus, idle, check, leader)
         if args.bench:
             check.guarded(f"[{tag}] tritonllm bench", run_bench, stack, tag, args, report, check)
+        if args.openai and not isinstance(stack, PodsStack):
+            check.guarded(f"[{tag}] openai", openai_check.run, tag, dep, stack.server.grpc,
+                          args.tokenizer_dir, args.max_tokens, args, report, check, say)
         report["memory"][tag] = memory_per_process(stack, gpus)
         for row in report["memory"][tag]:
             say(f"[{tag}] GPU memory: GPU {row['gpu']} {row['process']}: {row['mib']} MiB")
@@ -811,6 +819,14 @@ def main() -> int:
                     "needs root")
     ap.add_argument("--pod-uid", type=int, default=pods.POD_UID,
                     help="the pods' user (runAsUser); 0 only where the files are root-only")
+    ap.add_argument("--openai", action="store_true",
+                    help="also serve each single-pod stack through the OpenAI frontend "
+                    "(tritonllm openai) and drive it with the openai SDK, aiperf and tritonllm "
+                    "bench --api openai (carry: scripts/gpu-check prepare-openai)")
+    ap.add_argument("--openai-levels", default="1,8",
+                    help="--openai: aiperf and bench concurrencies")
+    ap.add_argument("--openai-requests", type=int, default=32,
+                    help="--openai: requests per aiperf and bench level")
     ap.add_argument("--share-gpus", action="store_true",
                     help="--pods on a host with fewer GPUs than ranks: the pods share them "
                     "(NCCL between the pods over their network; NOT one rank per GPU)")
@@ -840,6 +856,9 @@ def main() -> int:
     check.guarded("the models' python imports what the models import", preflight, install, check)
     pyz = pyz_archive(args.work)
     tokenizer = make_tokenizer(install, args.work / "tokenizer")
+    if args.openai:
+        openai_check.add_chat_template(tokenizer)
+    args.tokenizer_dir = tokenizer
     vocab = json.loads((tokenizer / "tokenizer.json").read_text())["model"]["vocab"]
 
     report.update(figures=[], metrics={}, ready_seconds={}, memory={})

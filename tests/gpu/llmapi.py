@@ -20,7 +20,8 @@ on real GPUs, with a SIMULATED LLM API that computes a real transformer. NOT Ten
    answers (HTTP generate, generate_stream) against the bfloat16 reference with the margin rule
    (`agreement`, tolerance `MARGIN`); Triton's GPU metrics moving on every GPU of the
    deployment; the nv_trt_llm_* families the llmapi model exports; `tritonllm bench` at
-   --bench levels with no failed request; SIGTERM drains, launch exits 0, no rank left.
+   --bench levels with no failed request; with --openai, the OpenAI frontend and its clients
+   (tests/gpu/openai_check.py); SIGTERM drains, launch exits 0, no rank left.
 5. **Scores**: every served token teacher-forced through the bfloat16 reference: within
    `MARGIN` of its top logit given the same prefix (`score_served`).
 """
@@ -463,6 +464,11 @@ def serve(install: TritonInstall, world: int, pyz: Path, model_dir: Path, refs: 
                 [(s.name, s.labels, s.value) for s in after if "trt_llm" in s.name][:40]))
             check.guarded("[llmapi] metrics", metric_checks, before, after, util, gpus[:world],
                           check)
+            if args.openai:
+                from tests.gpu import openai_check
+
+                check.guarded("[llmapi] openai", openai_check.run, "llmapi", dep, server.grpc,
+                              model_dir, args.llmapi_max_tokens, args, report, check, say)
             report["memory"]["llmapi"] = memory(proc.pid)
             for row in report["memory"]["llmapi"]:
                 say(f"[llmapi] GPU memory: {row}")
@@ -497,6 +503,10 @@ def run(install: TritonInstall, world: int, pyz: Path, gpus: list[tuple[int, str
     """The whole llmapi stack: model files, references, the direct check, serving."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model_dir = make_model(args.work, args.llmapi_layers)
+    if args.openai:  # the model's files carry a chat template, as a chat model's do
+        from tests.gpu import openai_check
+
+        openai_check.add_chat_template(model_dir)
     if args.llmapi_model_py:
         say(f"NOTE: serving {args.llmapi_model_py} as the llmapi model.py, NOT the rendered one")
     say(f"\n== llmapi: Llama-2-7B architecture, {args.llmapi_layers or 32} layers, random "

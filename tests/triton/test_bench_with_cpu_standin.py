@@ -1,4 +1,5 @@
-"""`tritonllm bench` against a real tritonserver serving the rendered repository (CPU stand-in).
+"""`tritonllm bench` against a real tritonserver serving the rendered repository (CPU stand-in),
+over Triton's gRPC stream and (--api openai) through the OpenAI frontend in front of it.
 
 The command runs as a user runs it (a subprocess, gRPC through tritonclient) against the
 decoupled stack of the triton tier, whose stand-in waits TOKEN_DELAY seconds per generated token:
@@ -18,6 +19,13 @@ from typing import Any
 import pytest
 
 from .conftest import EXAMPLE, example
+from .openai_stack import (
+    LLAMA2_STYLE_TEMPLATE,
+    Frontend,
+    config_for,
+    run_frontend,
+    tokenizer_with_template,
+)
 from .stack import Server
 
 pytestmark = pytest.mark.triton
@@ -85,3 +93,53 @@ def test_bench_reports_errors_and_exits_1(slow_streaming: Server) -> None:
                  "--requests", "1")
     assert done.returncode != 0
     assert "no_such_model" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def openai_frontend(slow_streaming: Server, tokenizer_dir: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Frontend]:
+    """The OpenAI frontend (`tritonllm openai`, as the serving pod's sidecar runs it) in front of
+    the same stack, the tokenizer given a chat template."""
+    dep = example(EXAMPLE, serving={"streaming": True, "bls": True})
+    root = tmp_path_factory.mktemp("bench-openai")
+    tokenizer = tokenizer_with_template(tokenizer_dir, root / "tokenizer",
+                                        LLAMA2_STYLE_TEMPLATE)
+    with run_frontend(config_for(dep, slow_streaming.grpc, tokenizer), root) as frontend:
+        yield frontend
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_bench_measures_the_openai_api(openai_frontend: Frontend, tmp_path: Path,
+                                       endpoint: str) -> None:
+    """--api openai: streamed OpenAI requests; the same floors as over gRPC, tokens from usage."""
+    out = tmp_path / "bench.json"
+    done = bench(f"{openai_frontend.url}/v1", "--api", "openai", "--endpoint", endpoint,
+                 "--concurrency", ",".join(map(str, LEVELS)), "--requests", str(REQUESTS),
+                 "--max-tokens", str(MAX_TOKENS), "--prompt", "hello world", "--json", str(out))
+    assert done.returncode == 0, done.stderr + openai_frontend.output()[-3000:]
+    report = json.loads(out.read_text())
+    assert (report["api"], report["endpoint"]) == ("openai", endpoint)
+    assert report["model"] == openai_frontend.config.served_model_name  # from /v1/models
+    for lv in report["levels"]:
+        assert (lv["requests"], lv["errors"]) == (REQUESTS, 0), lv
+        assert lv["tokens_counted"] == "usage"
+        # the stand-in generates max_tokens tokens for this prompt (it never meets end_id)
+        assert lv["output_tokens_per_s"] == pytest.approx(
+            REQUESTS * MAX_TOKENS / lv["seconds"], rel=0.01)
+        assert lv["itl_ms_p50"] >= TOKEN_DELAY * 1000 * 0.9, lv
+        assert lv["latency_ms_p50"] >= (MAX_TOKENS - 1) * TOKEN_DELAY * 1000, lv
+        assert 0 < lv["ttft_ms_p50"] < lv["latency_ms_p50"], lv
+    assert f"{openai_frontend.url}/v1 openai {endpoint}" in done.stdout
+
+
+def test_bench_compares_the_openai_api_with_direct_grpc(openai_frontend: Frontend,
+                                                        slow_streaming: Server) -> None:
+    """One deployment, two paths: Triton's gRPC stream, and the OpenAI API in front of it."""
+    done = bench(slow_streaming.grpc, "--compare", openai_frontend.url, "--compare-api",
+                 "openai", "--endpoint", "completions", "--concurrency", "2", "--requests",
+                 "4", "--max-tokens", "4", "--prompt", "hello world", "--json", "-")
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout[done.stdout.index("\n{") + 1:])["runs"]
+    assert [(r.get("api", "grpc"), r["levels"][0]["requests"], r["levels"][0]["errors"])
+            for r in runs] == [("grpc", 4, 0), ("openai", 4, 0)]
+    assert "B/A" in done.stdout

@@ -166,10 +166,11 @@ def test_real_haproxy_sends_a_prompt_that_crashed_its_backend_once(tmp_path: Pat
     backend took and closed unanswered is answered 502, not sent again (with empty-response it
     went out 601 times in 60 ms, each to whichever replica the Service picked)."""
     backend, seen = _crashing_backend()
-    http, grpc, stats = free_ports(3)
+    http, grpc, stats, openai = free_ports(4)
     config = rendered({**KEDA, "minReplicas": 0}).activator[0].body["data"]["haproxy.cfg"]
     local = {f"bind :{c.HTTP_PORT}": f"bind 127.0.0.1:{http}",
              f"bind :{c.GRPC_PORT}": f"bind 127.0.0.1:{grpc}",
+             f"bind :{c.OPENAI_PORT}": f"bind 127.0.0.1:{openai}",
              f"bind :{autoscaling.ACTIVATOR_STATS_PORT}": f"bind 127.0.0.1:{stats}",
              f"demo-backend.default.svc.cluster.local:{c.HTTP_PORT}":
                  f"127.0.0.1:{backend.getsockname()[1]}"}
@@ -198,7 +199,7 @@ def test_pod_monitor_only_where_the_cluster_serves_it() -> None:
     monitor = rendered({**KEDA, "minReplicas": 0}, pod_monitors=True).pod_monitor.body
     assert monitor["spec"]["podTargetLabels"] == [c.LABEL_INSTANCE, c.LABEL_COMPONENT]
     ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
-    assert ports == ["metrics", "stats"]
+    assert ports == ["metrics", "openai", "stats"]  # Triton's, the OpenAI frontend's, HAProxy's
 
 
 def test_switching_autoscalers_removes_what_the_old_one_needed() -> None:

@@ -11,6 +11,7 @@ import yaml
 from tritonllm_dev.autoscaling import (
     DEFAULT_ADAPTER_RULES,
     LOOPBACK,
+    OPENAI_JOB,
     OPERATOR_JOB,
     PODS_JOB,
     _crd_name,
@@ -48,7 +49,7 @@ def test_prometheus_keeps_annotated_pods_and_labels_them_for_the_adapter() -> No
                                operator_targets=["127.0.0.1:8080"], extra_scrape_configs=[extra])
     assert config["global"]["scrape_interval"] == "2s"
     assert config["rule_files"] == ["/r.yaml"]
-    pods, operator, given = config["scrape_configs"]
+    pods, openai, operator, given = config["scrape_configs"]
     assert pods["job_name"] == PODS_JOB
     assert pods["kubernetes_sd_configs"] == [{"role": "pod", "kubeconfig_file": "/kc"}]
     keep = pods["relabel_configs"][0]
@@ -66,8 +67,15 @@ def test_prometheus_keeps_annotated_pods_and_labels_them_for_the_adapter() -> No
     assert operator == {"job_name": OPERATOR_JOB,
                         "static_configs": [{"targets": ["127.0.0.1:8080"]}]}
     assert given == extra
+    # the OpenAI frontends: the annotated pods' container port named openai
+    assert openai["job_name"] == OPENAI_JOB and openai["metrics_path"] == "/metrics"
+    kept = {tuple(r["source_labels"]): r["regex"] for r in openai["relabel_configs"]
+            if r.get("action") == "keep"}
+    assert kept == {("__meta_kubernetes_pod_annotation_prometheus_io_scrape",): "true",
+                    ("__meta_kubernetes_pod_container_port_name",): "openai"}
     # no operator endpoint: no operator job
-    assert [j["job_name"] for j in prometheus_config(Path("/kc"))["scrape_configs"]] == [PODS_JOB]
+    assert [j["job_name"] for j in prometheus_config(Path("/kc"))["scrape_configs"]] == [
+        PODS_JOB, OPENAI_JOB]
 
 
 def test_metrics_apis_reach_the_host_through_an_external_name_service() -> None:

@@ -102,6 +102,8 @@ def test_wheelhouse_key_follows_the_requirements() -> None:
     house = images.operator_wheelhouse(ROOT)
     assert any(r.startswith("kopf") for r in house.requirements)
     assert any(r.startswith("setuptools") for r in house.requirements)  # build isolation
+    # the image runs the OpenAI frontend: its extra's wheels are staged too
+    assert any(r.startswith("tokenizers") for r in house.requirements)
 
 
 DEB822 = """\

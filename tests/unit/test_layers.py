@@ -128,7 +128,8 @@ def test_the_operator_runs_without_the_local_cluster_tooling(tmp_path: Path) -> 
     assert usage.returncode == 0, usage.stderr
     verbs = [line.split()[0] for line in usage.stdout.splitlines() if line.startswith("    ")
              and line.split()[0].isalpha()]
-    assert sorted(verbs) == ["bench", "build", "crd", "fit", "launch", "render", "run"]
+    assert sorted(verbs) == ["bench", "build", "crd", "fit", "launch", "openai", "render",
+                             "run"]
     assert tritonllm("run", "--help").returncode == 0
     rendered = tritonllm("render", "-f", str(ROOT / "examples" / "gpt2-medium.yaml"))
     assert rendered.returncode == 0 and "kind: Deployment" in rendered.stdout

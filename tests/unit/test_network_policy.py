@@ -18,7 +18,8 @@ from tritonllm.api.deployment import parse_deployment
 from tritonllm.render import Rendered, autoscaling, render_all
 
 MULTI_NODE = {"engine": {"parallelism": {"tensor": 8, "pipeline": 2}}}
-SERVING_PORTS = [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
+# Triton's ports and the OpenAI frontend's (on by default).
+SERVING_PORTS = [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT, c.OPENAI_PORT]
 FOREIGN_POD = {c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: "other", c.LABEL_COMPONENT: "server"}
 
 

@@ -124,6 +124,7 @@ def test_service_selects_serving_pods_and_names_ports() -> None:
         "http": 8000,
         "grpc": 8001,
         "metrics": 8002,
+        "openai": 9000,
     }
     assert r.selector == ",".join(f"{k}={v}" for k, v in sorted(svc["spec"]["selector"].items()))
 
@@ -208,7 +209,8 @@ def test_network_policy_opens_the_serving_ports_to_the_namespace_and_named_sourc
     assert spec["podSelector"]["matchLabels"].items() <= labels.items()
     assert spec["policyTypes"] == ["Ingress"]
     (rule,) = spec["ingress"]  # one node: no traffic between serving pods is needed
-    assert sorted(p["port"] for p in rule["ports"]) == [c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT]
+    assert sorted(p["port"] for p in rule["ports"]) == [
+        c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT, c.OPENAI_PORT]
     assert rule["from"][0] == {"podSelector": {}}  # the deployment's own namespace
     values = rule["from"][1]["namespaceSelector"]["matchExpressions"][0]["values"]
     assert values == ["gateway"]

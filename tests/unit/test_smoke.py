@@ -426,3 +426,85 @@ def test_the_smoke_request_asks_each_runtimes_model_by_its_own_length_input(
             assert seen == [(path, {"text_input": "hi", length: 3})]
 
     asyncio.run(main())
+
+
+# --- the OpenAI request --------------------------------------------------------------------------
+
+
+def _openai_world(containers: list[str]) -> tuple[FakeKube, TritonLLMDeployment, dict[str, Any]]:
+    """world() with a verification pod that runs `containers`."""
+    body = deployment()
+    dep = parse_deployment(body)
+    objects = verification(dep, TARGET)
+    objects[-1]["spec"] = {"containers": [{"name": n} for n in containers]}
+    kube = FakeKube([body, *objects])
+    verify = kube.cache().get(dep.spec.topology.workload_kind, NS, verify_name(dep))
+    assert verify is not None
+    return kube, dep, verify
+
+
+def _openai_pod(completion: dict[str, Any], seen: list[tuple[str, Any]]) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, await request.json()))
+        if request.path == "/v1/completions":
+            return web.json_response(completion)
+        return web.json_response({"text_output": "hello"})
+    return handle
+
+
+COMPLETION = {"id": "cmpl-1", "object": "text_completion", "model": "demo",
+              "choices": [{"index": 0, "text": " there", "finish_reason": "length"}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}
+
+
+def _openai_run(monkeypatch: pytest.MonkeyPatch, containers: list[str],
+                completion: dict[str, Any]) -> tuple[SmokeRun, list[tuple[str, Any]], Any]:
+    seen: list[tuple[str, Any]] = []
+
+    async def main() -> tuple[SmokeRun, TritonLLMDeployment]:
+        async with pod_server(monkeypatch, _openai_pod(completion, seen)):
+            monkeypatch.setattr(c, "OPENAI_PORT", c.HTTP_PORT)  # one server, both ports
+            kube, dep, verify = _openai_world(containers)
+            return await smoke_run(SmokeChecks(), kube, dep, verify, within=2.0), dep
+
+    run, dep = asyncio.run(main())
+    return run, seen, dep
+
+
+def test_a_pod_with_the_frontend_is_sent_one_openai_completion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tritonllm.plan.rollout import verdict
+
+    run, seen, dep = _openai_run(monkeypatch, ["triton", "openai"], COMPLETION)
+    assert [path for path, _ in seen] == ["/v2/models/ensemble/generate", "/v1/completions"]
+    assert seen[1][1] == {"model": "demo", "prompt": "hi", "max_tokens": 16}
+    assert run.openai is not None and run.openai.text == " there"
+    passed, said = verdict(dep, run)
+    assert passed and "and the OpenAI request" in said
+
+
+@pytest.mark.parametrize(("completion", "why"), [
+    ({**COMPLETION, "usage": None}, "usage"),
+    ({**COMPLETION, "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 9}},
+     "usage"),
+    ({**COMPLETION, "choices": []}, "no choices"),
+    ({"error": {"message": "model demo has no chat template"}}, "no choices"),
+])
+def test_an_openai_answer_without_text_or_usage_fails_the_revision(
+    monkeypatch: pytest.MonkeyPatch, completion: dict[str, Any], why: str,
+) -> None:
+    from tritonllm.plan.rollout import verdict
+
+    run, _, dep = _openai_run(monkeypatch, ["triton", "openai"], completion)
+    passed, said = verdict(dep, run)
+    assert not passed
+    assert "OpenAI smoke request (/v1/completions" in said and why in said
+
+
+def test_a_pod_without_the_frontend_is_sent_no_openai_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run, seen, _ = _openai_run(monkeypatch, ["triton"], COMPLETION)
+    assert [path for path, _ in seen] == ["/v2/models/ensemble/generate"]
+    assert run.openai is None

@@ -83,6 +83,11 @@ GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 HTTP_PORT: Final = 8000
 GRPC_PORT: Final = 8001
 METRICS_PORT: Final = 8002
+# The OpenAI-compatible frontend (`tritonllm openai`), a sidecar of every serving pod that takes
+# client traffic: its container, and the port (also the Service's) under the name `openai`.
+OPENAI_PORT: Final = 9000
+OPENAI_PORT_NAME: Final = "openai"
+OPENAI_CONTAINER: Final = "openai"
 
 # --- paths inside pods --------------------------------------------------------------------
 STORE_MOUNT: Final = "/store"  # the model-store PVC

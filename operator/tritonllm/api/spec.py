@@ -774,6 +774,55 @@ class NetworkPolicySpec(ApiModel):
     balancer's, clients outside the cluster)."""
 
 
+# A model id as clients write it in `model` and as `/v1/models/{id}` carries it in a URL path:
+# letters, digits, '.', '_', '-' and ':', in segments joined by single '/' (a Hugging Face id
+# such as meta-llama/Llama-3.1-8B-Instruct), at most 128 characters.
+SERVED_MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(/[A-Za-z0-9][A-Za-z0-9._:-]*)*$"
+# A chat template is a Jinja text the frontend compiles in a sandbox: bounded like a large value.
+MAX_CHAT_TEMPLATE = 65536
+
+
+class OpenAIResources(ApiModel):
+    """CPU and memory of the OpenAI frontend's container (the `openai` sidecar)."""
+
+    cpu: Quantity = "100m"
+    """CPU request (no CPU limit: the frontend may use idle CPU of the node)."""
+    memory: Quantity = "128Mi"
+    """Memory request."""
+    memoryLimit: Quantity = "1Gi"
+    """Memory limit, at least the request (the operator refuses a smaller one); the tokenizer
+    and the requests in flight live in it."""
+
+
+class OpenAISpec(ApiModel):
+    """The OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) on
+    port 9000 of every serving pod that takes traffic, served by a frontend beside Triton that
+    renders chat prompts with the model's own chat template and calls Triton over gRPC
+    (docs/openai.md)."""
+
+    enabled: bool | None = None
+    """true: serve it (adding it to running pods rolls them); false: do not. Empty: served by
+    every new deployment; a deployment whose running pods predate the frontend gets it at its
+    next rollout, so that upgrading the operator restarts no pods by itself (status.openai
+    says so meanwhile)."""
+    servedModelName: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=SERVED_MODEL_NAME_PATTERN
+    )
+    """The model name clients send and `/v1/models` lists; empty: the deployment's name.
+    Letters, digits, '.', '_', '-' and ':', in segments joined by '/', at most 128."""
+    chatTemplate: str | None = Field(
+        default=None, min_length=1, max_length=MAX_CHAT_TEMPLATE, pattern=NO_NUL_PATTERN
+    )
+    """A Jinja chat template (Hugging Face semantics: `messages`, `add_generation_prompt`,
+    `bos_token`, `eos_token`) that replaces the model's own (tokenizer_config.json's
+    chat_template, or chat_template.jinja). Without either, chat requests are refused and
+    completions still work."""
+    maxConcurrentRequests: int = Field(default=256, ge=1, le=100_000)
+    """Requests in flight per pod beyond which the frontend answers 429 with Retry-After."""
+    resources: OpenAIResources = Field(default_factory=OpenAIResources)
+    """The frontend container's CPU and memory (small: it tokenizes and relays)."""
+
+
 class SmokeRequest(ApiModel):
     """One request of a verified rollout's smoke set, sent to the new revision's verification
     pod (HTTP generate) before any client traffic moves to it."""
@@ -1038,6 +1087,8 @@ class TritonLLMDeploymentSpec(ApiModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """How changes reach the serving pods: verified on a pod of the new revision before traffic
     moves (default), or at once."""
+    openai: OpenAISpec = Field(default_factory=OpenAISpec)
+    """The OpenAI-compatible API on port 9000 (on by default)."""
 
     @model_validator(mode="before")
     @classmethod

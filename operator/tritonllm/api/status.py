@@ -169,6 +169,19 @@ class FitStatus(ApiModel):
     """The layouts computed, in the order auto tries them, up to the one that fits."""
 
 
+class OpenAIStatus(ApiModel):
+    """The OpenAI-compatible API of the serving pods (spec.openai)."""
+
+    served: bool
+    """Whether the rendered serving pods run the OpenAI frontend."""
+    url: str | None = None
+    """Its in-cluster base URL (http://<service>.<namespace>.svc:9000/v1) when served."""
+    model: str | None = None
+    """The model name clients send (spec.openai.servedModelName or the deployment's name)."""
+    message: str | None = None
+    """Why it is not served, when it is not."""
+
+
 class TritonLLMDeploymentStatus(ApiModel):
     """Observed state of a TritonLLMDeployment."""
 
@@ -192,6 +205,8 @@ class TritonLLMDeploymentStatus(ApiModel):
     """Label selector of the serving pods, for the scale subresource (HPA)."""
     endpoint: str | None = None
     """In-cluster URL of the generate endpoint."""
+    openai: OpenAIStatus | None = None
+    """The OpenAI-compatible API: whether the pods serve it, and its base URL."""
     ready: str | None = None
     """ready/desired replicas, for `kubectl get`."""
     reason: str | None = None

@@ -17,12 +17,21 @@ A decoupled model (serving.streaming: true) streams one response per token: TTFT
 measured, and tokens are counted. A model that is not decoupled answers once: TTFT is the whole
 latency, ITL is not measured, and tokens/s assumes every request produced --max-tokens tokens
 (the JSON says which).
+
+With --api openai the target is the deployment's OpenAI API instead (http://host:9000/v1,
+host:port, or a deployment name: its Service's `openai` port), and every request is an
+OpenAI-SDK-shaped streamed request (`stream: true`, `stream_options.include_usage`) to
+/v1/chat/completions (--endpoint chat, one user message) or /v1/completions, over HTTP/1.1
+keep-alive connections, one per client. TTFT is from the request's first byte sent to the first
+chunk that carries text; ITL is every gap between two such chunks; tokens are the final chunk's
+`usage.completion_tokens`. The model is --model, else the first id /v1/models lists.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import http.client
 import itertools
 import json
 import math
@@ -30,7 +39,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -63,8 +72,8 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 
 
 def summarise(concurrency: int, samples: list[Sample], seconds: float,
-              streamed: bool) -> dict[str, Any]:
-    """The figures of one level."""
+              streamed: bool, counted: str | None = None) -> dict[str, Any]:
+    """The figures of one level (`counted`: how tokens were counted, when not the default)."""
     ok = [s for s in samples if s.error is None]
     tokens = sum(s.tokens for s in ok)
     out: dict[str, Any] = {
@@ -72,7 +81,7 @@ def summarise(concurrency: int, samples: list[Sample], seconds: float,
         "errors": len(samples) - len(ok), "seconds": round(seconds, 3),
         "requests_per_s": round(len(ok) / seconds, 3) if seconds else None,
         "output_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
-        "tokens_counted": "responses" if streamed else "max_tokens (assumed)",
+        "tokens_counted": counted or ("responses" if streamed else "max_tokens (assumed)"),
     }
     series = {
         "ttft_ms": [s.ttft for s in ok if s.ttft is not None],
@@ -146,6 +155,8 @@ class Load:
     # Runtime llmapi's model (tensorrt_llm, max_batch_size 0): sampling_param_max_tokens and
     # streaming, shape [1]; bench() finds out from the model's config.
     llmapi: bool = False
+    # --api openai: "chat" (/v1/chat/completions) or "completions" (/v1/completions).
+    endpoint: str = "chat"
 
 
 def _inputs(grpcclient: Any, load: Load, stream: bool) -> list[Any]:
@@ -235,8 +246,13 @@ def takes_llmapi_inputs(address: str, model: str) -> bool:
                for i in _config(address, model).get("input", []))
 
 
+ClientLoop = Callable[[str, Load, bool, Callable[[], bool], Callable[[Sample], None]], None]
+
+
 def run_level(address: str, load: Load, concurrency: int, requests: int, stream: bool,
-              progress: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
+              progress: Callable[[int, int], None] = lambda done, total: None,
+              client_loop: ClientLoop = _client_loop, counted: str | None = None,
+              ) -> dict[str, Any]:
     """`requests` requests from `concurrency` clients; the level's figures."""
     lock = threading.Lock()
     sent = 0
@@ -254,13 +270,13 @@ def run_level(address: str, load: Load, concurrency: int, requests: int, stream:
             progress(len(samples), requests)
 
     start = time.perf_counter()
-    threads = [threading.Thread(target=_client_loop, args=(address, load, stream, take, done),
+    threads = [threading.Thread(target=client_loop, args=(address, load, stream, take, done),
                                 daemon=True) for _ in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return summarise(concurrency, samples, time.perf_counter() - start, stream)
+    return summarise(concurrency, samples, time.perf_counter() - start, stream, counted)
 
 
 def bench(address: str, load: Load, levels: Sequence[int], requests: int,
@@ -282,6 +298,162 @@ def bench(address: str, load: Load, levels: Sequence[int], requests: int,
     return out
 
 
+# --- the load (the OpenAI API over HTTP) -------------------------------------------------------
+
+# Bounds on what the server sends back: one SSE line, an error body, the whole stream.
+MAX_LINE = 1 << 16
+MAX_ERROR_BODY = 4096
+MAX_CHUNKS = 1 << 20
+
+
+def openai_base(target: str) -> str:
+    """The API's base URL (scheme://host:port/v1) for a URL or host:port."""
+    if "://" not in target:
+        target = f"http://{target}"
+    parts = urlsplit(target)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def openai_body(load: Load) -> dict[str, Any]:
+    """The request every client sends: streamed, with the usage chunk at the end."""
+    body: dict[str, Any] = {"model": load.model, "max_tokens": load.max_tokens, "stream": True,
+                            "stream_options": {"include_usage": True}}
+    if load.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": load.prompt}]
+    else:
+        body["prompt"] = load.prompt
+    return body
+
+
+def sse_events(lines: Iterator[bytes]) -> Iterator[dict[str, Any] | None]:
+    """The JSON payloads of server-sent `data:` lines; None for `data: [DONE]`."""
+    for raw in lines:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue  # blank separators, comments, event names
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            yield None
+            return
+        yield json.loads(data)
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """The generated text a streamed chunk carries (chat: delta.content; completions: text)."""
+    out = []
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if text:
+            out.append(text)
+    return "".join(out)
+
+
+def read_stream(events: Iterator[dict[str, Any] | None], start: float,
+                clock: Callable[[], float] = time.perf_counter) -> Sample:
+    """One streamed answer as a Sample: a stamp per chunk with text, tokens from `usage`."""
+    stamps: list[float] = []
+    usage: int | None = None
+    done = False
+    for n, chunk in enumerate(events):
+        if chunk is None:
+            done = True
+            break
+        if n >= MAX_CHUNKS:
+            return Sample(clock() - start, None, [], 0, f"more than {MAX_CHUNKS} chunks")
+        if "error" in chunk:
+            return Sample(clock() - start, None, [], 0, json.dumps(chunk["error"])[:500])
+        if chunk_text(chunk):
+            stamps.append(clock())
+        if isinstance(chunk.get("usage"), dict):
+            usage = int(chunk["usage"].get("completion_tokens") or 0)
+    end = clock()
+    if not done:
+        return Sample(end - start, None, [], 0, "the stream ended without data: [DONE]")
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    return Sample(end - start, stamps[0] - start if stamps else None, gaps,
+                  len(stamps) if usage is None else usage)
+
+
+def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    while line := response.readline(MAX_LINE):
+        yield line
+
+
+def _openai_request(conn: http.client.HTTPConnection, path: str, body: bytes,
+                    timeout: float) -> Sample:
+    start = time.perf_counter()
+    conn.request("POST", path, body, {"Content-Type": "application/json",
+                                      "Accept": "text/event-stream"})
+    response = conn.getresponse()
+    if response.status != 200:
+        text = response.read(MAX_ERROR_BODY).decode(errors="replace")
+        response.close()
+        return Sample(time.perf_counter() - start, None, [], 0, f"HTTP {response.status}: {text}")
+    sample = read_stream(sse_events(_lines(response)), start)
+    response.read()  # the rest (nothing after [DONE]): the connection stays reusable
+    if sample.latency > timeout:
+        sample.error = f"took {sample.latency:.1f} s, over --timeout {timeout}"
+    return sample
+
+
+def _openai_client_loop(base: str, load: Load, stream: bool, take: Callable[[], bool],
+                        done: Callable[[Sample], None]) -> None:
+    """One client over one keep-alive connection: requests until the level has sent them all."""
+    url = urlsplit(base)
+    cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = cls(url.hostname or "", url.port, timeout=load.timeout)
+    path = f"{url.path}/{'chat/completions' if load.endpoint == 'chat' else 'completions'}"
+    body = json.dumps(openai_body(load)).encode()
+    try:
+        while take():
+            start = time.perf_counter()
+            try:
+                done(_openai_request(conn, path, body, load.timeout))
+            except Exception as exc:  # counted, reported, and the load goes on
+                conn.close()  # a fresh connection for the next request
+                done(Sample(time.perf_counter() - start, None, [], 0, repr(exc)))
+    finally:
+        conn.close()
+
+
+def served_models(base: str, timeout: float = 30.0) -> list[str]:
+    """The model ids GET /v1/models lists."""
+    url = urlsplit(base)
+    cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    conn = cls(url.hostname or "", url.port, timeout=timeout)
+    try:
+        conn.request("GET", f"{url.path}/models")
+        response = conn.getresponse()
+        text = response.read(MAX_ERROR_BODY * 16)
+        if response.status != 200:
+            raise RuntimeError(f"GET {base}/models: HTTP {response.status}: {text[:500]!r}")
+        return [str(m["id"]) for m in json.loads(text).get("data", [])]
+    finally:
+        conn.close()
+
+
+def bench_openai(base: str, load: Load, levels: Sequence[int], requests: int,
+                 say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Every level against one OpenAI API: the report (JSON-ready, as bench()'s)."""
+    out: dict[str, Any] = {"target": base, "api": "openai", "endpoint": load.endpoint,
+                           "model": load.model, "streaming": True,
+                           "max_tokens": load.max_tokens, "prompt": load.prompt,
+                           "requests_per_level": requests, "levels": []}
+    for level in levels:
+        def progress(n: int, total: int, level: int = level) -> None:
+            width = 30
+            bar = "#" * (width * n // total)
+            say(f"\r  concurrency {level:>4}: [{bar:<{width}}] {n}/{total}")
+        out["levels"].append(run_level(base, load, level, max(requests, level), True, progress,
+                                       _openai_client_loop, "usage"))
+        say("\n")
+    return out
+
+
 # --- targets, the ConfigMap, the command -------------------------------------------------------
 
 
@@ -297,13 +469,14 @@ def is_address(target: str) -> bool:
     return "://" in target or ":" in target
 
 
-def deployment_address(name: str, namespace: str) -> str:
-    """The gRPC address of a deployment's Service (its cluster IP: run where that routes)."""
+def deployment_address(name: str, namespace: str, port: int = c.GRPC_PORT) -> str:
+    """host:port of a deployment's Service (its cluster IP: run where that routes): Triton's
+    gRPC port, or another of its ports."""
     from kubernetes import client, config
 
     config.load_kube_config()
     service = client.CoreV1Api().read_namespaced_service(name, namespace)
-    return f"{service.spec.cluster_ip}:{c.GRPC_PORT}"
+    return f"{service.spec.cluster_ip}:{port}"
 
 
 BENCH_MANAGER = "tritonllm-bench"
@@ -365,7 +538,15 @@ def write_configmap(name: str, namespace: str, report: dict[str, Any]) -> str:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="load a serving deployment: throughput, TTFT, ITL, latency")
     p.add_argument("target", help="deployment name, gRPC host:port, or http:// URL")
+    p.add_argument("--api", choices=("grpc", "openai"), default="grpc",
+                   help="Triton's gRPC stream (default) or the deployment's OpenAI API "
+                   "(http://host:9000/v1; a deployment name: its Service's openai port)")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                   help="--api openai: /v1/chat/completions or /v1/completions")
     p.add_argument("--compare", metavar="TARGET", help="a second target, run the same way")
+    p.add_argument("--compare-api", choices=("grpc", "openai"),
+                   help="the second target's --api (default: --api), e.g. the OpenAI API "
+                   "against direct gRPC on one deployment")
     p.add_argument("--compare-model", metavar="MODEL",
                    help="the second target's model (default: --model), e.g. to compare the "
                    "ensemble with tensorrt_llm_bls or another backend's model on one server")
@@ -375,8 +556,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    "per client)")
     p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request")
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--model", default="ensemble",
-                   help="ensemble or tensorrt_llm_bls; tensorrt_llm for runtime llmapi")
+    p.add_argument("--model", default=None,
+                   help="ensemble (default) or tensorrt_llm_bls; tensorrt_llm for runtime "
+                   "llmapi; with --api openai the served model name (default: the first one "
+                   "/v1/models lists)")
     p.add_argument("--grpc-port", type=int, default=c.GRPC_PORT, help="for http:// targets")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON (- : stdout)")
@@ -386,7 +569,27 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run)
 
 
-def _one(target: str, args: argparse.Namespace, load: Load, levels: list[int]) -> dict[str, Any]:
+def _one_openai(target: str, args: argparse.Namespace, load: Load,
+                levels: list[int]) -> dict[str, Any]:
+    base = openai_base(target if is_address(target) else
+                       deployment_address(target, args.namespace, c.OPENAI_PORT))
+    if not load.model:
+        models = served_models(base)
+        if not models:
+            raise RuntimeError(f"{base}/models lists no model: name one with --model")
+        load = dataclasses.replace(load, model=models[0])
+    print(f"{target} ({base}, {load.endpoint}, model {load.model}):", file=sys.stderr)
+    report = bench_openai(base, load, levels, args.requests,
+                          lambda s: print(s, end="", file=sys.stderr))
+    report["name"] = f"{target} openai {load.endpoint}"
+    return report
+
+
+def _one(target: str, args: argparse.Namespace, load: Load, levels: list[int],
+         api: str = "grpc") -> dict[str, Any]:
+    if api == "openai":
+        return _one_openai(target, args, load, levels)
+    load = dataclasses.replace(load, model=load.model or "ensemble")
     address = grpc_address(target, args.grpc_port) if is_address(target) else \
         deployment_address(target, args.namespace)
     print(f"{target} ({address}, model {load.model}):", file=sys.stderr)
@@ -410,11 +613,17 @@ def run(args: argparse.Namespace) -> int:
     if args.configmap and is_address(args.target):
         print("error: --configmap needs a deployment name as the target", file=sys.stderr)
         return 2
-    load = Load(args.model, args.prompt, args.max_tokens, args.timeout)
-    reports = [_one(args.target, args, load, levels)]
-    if args.compare:
-        other = dataclasses.replace(load, model=args.compare_model or load.model)
-        reports.append(_one(args.compare, args, other, levels))
+    # no --model: "" here, then the gRPC default (ensemble) or the API's first served model
+    load = Load(args.model or "", args.prompt, args.max_tokens, args.timeout,
+                endpoint=args.endpoint)
+    try:
+        reports = [_one(args.target, args, load, levels, args.api)]
+        if args.compare:
+            other = dataclasses.replace(load, model=args.compare_model or load.model)
+            reports.append(_one(args.compare, args, other, levels, args.compare_api or args.api))
+    except (OSError, RuntimeError, ValueError) as exc:  # no target to load at all
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     for r in reports:
         print(f"{r['name']} ({'streaming' if r['streaming'] else 'not decoupled'}, "
               f"max_tokens {r['max_tokens']}, {r['requests_per_level']} requests per level; "

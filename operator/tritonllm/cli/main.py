@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "run": "tritonllm.cli.run",
     "build": "tritonllm.cli.build",
     "launch": "tritonllm.cli.launch",
+    "openai": "tritonllm.cli.openai",
     # The dev tooling's verbs (devcluster/, not in the wheel; its own command is `tritonllm-dev`).
     "cluster": "tritonllm_dev.cli",
     "demo": "tritonllm_dev.demo",

@@ -84,6 +84,8 @@ def read_before_render(
         observed_replicas=handover_replicas(dep, workload),
         engine_digest=anchor.digest if anchor is not None else None,
         engine_fingerprints=anchor.fingerprintDigest if anchor is not None else None,
+        # whether the running pods have the OpenAI frontend decides whether it is added now
+        live_revision=template_revision(workload),
     )
     return BeforeRender(engine, workload, opts)
 

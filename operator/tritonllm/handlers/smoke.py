@@ -42,6 +42,7 @@ from tritonllm.api.spec import SmokeRequest
 from tritonllm.k8s.client import Kube
 from tritonllm.plan import SmokeAnswer, SmokeRun, WorkloadObs, is_ours, judge
 from tritonllm.render.serving import max_tokens_input, model_name, template_revision
+from tritonllm.triton.openai import served_model_name
 
 log = logging.getLogger("tritonllm.smoke")
 
@@ -57,6 +58,8 @@ KEEP_TEXT = 256
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 # What controls the pods of each kind of verification workload (apps/v1).
 POD_CONTROLLER = {"Deployment": "ReplicaSet", "LeaderWorkerSet": "StatefulSet"}
+# The OpenAI smoke request asks for at most this many tokens (it checks the path, not the model).
+OPENAI_MAX_TOKENS = 16
 
 
 class SmokeChecks:
@@ -102,13 +105,19 @@ class SmokeChecks:
 
     async def _send(self, key: Key, dep: TritonLLMDeployment, target: str, pod: Obj) -> None:
         ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
+        smoke = dep.spec.rollout.smoke_set
+        openai: SmokeAnswer | None = None
         try:
-            answers = await send_set(ip, model_name(dep), dep.spec.rollout.smoke_set,
+            answers = await send_set(ip, model_name(dep), smoke,
                                      length_input=max_tokens_input(dep))
+            passed = len(answers) == len(smoke) and all(
+                judge(q, a) is None for q, a in zip(smoke, answers, strict=True))
+            if passed and runs_openai(pod):
+                openai = await send_openai(ip, served_model_name(dep), smoke[0])
         except Exception as exc:  # a fault of ours: said in the verdict, not lost with the task
             log.exception("%s/%s: smoke set not sent", *key)
             answers = (SmokeAnswer(None, None, 0.0, f"not sent: {type(exc).__name__}"),)
-        self._runs[key] = SmokeRun(target, name, answers)
+        self._runs[key] = SmokeRun(target, name, answers, openai)
         self._sending.pop(key, None)
         if self._on_done is not None:
             self._on_done(*key)
@@ -236,7 +245,58 @@ async def send(
                            f"{type(exc).__name__}: {exc}"[:300])
 
 
-async def _post(url: str, body: Obj, start: float) -> SmokeAnswer:
+def runs_openai(pod: Obj) -> bool:
+    """Whether the pod runs the OpenAI frontend (its revision rendered the sidecar)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(x.get("name") == c.OPENAI_CONTAINER for x in containers)
+
+
+async def send_openai(ip: str, model: str, request: SmokeRequest) -> SmokeAnswer:
+    """One non-streamed /v1/completions request to the frontend's port with the first smoke
+    request's prompt and at most OPENAI_MAX_TOKENS tokens, within that request's latency
+    bound. Its text is the first choice's; an answer without usage fails (`error` says why)."""
+    url = f"http://{ip}:{c.OPENAI_PORT}/v1/completions"
+    body = {"model": model, "prompt": request.prompt,
+            "max_tokens": min(request.maxTokens, OPENAI_MAX_TOKENS)}
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(request.maxLatencySeconds):
+            answer = await _post(url, body, start, read=_completion_text)
+    except TimeoutError:
+        return SmokeAnswer(None, None, time.monotonic() - start,
+                           f"no complete answer within {request.maxLatencySeconds:g} s")
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return SmokeAnswer(None, None, time.monotonic() - start,
+                           f"{type(exc).__name__}: {exc}"[:300])
+    return answer
+
+
+def _completion_text(said: Any) -> tuple[str | None, str]:
+    """A completion's first choice's text, or why the answer is not a completion with usage."""
+    choices = said.get("choices") if isinstance(said, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None, "the answer has no choices"
+    text = choices[0].get("text")
+    if not isinstance(text, str):
+        return None, "the answer's first choice has no text"
+    usage = said.get("usage")
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    counts = [usage.get(k) for k in keys] if isinstance(usage, dict) else []
+    ints = [n for n in counts if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    if len(ints) != 3 or ints[0] + ints[1] != ints[2] or ints[0] < 1:
+        return None, f"the answer's usage is not token counts: {str(usage)[:120]}"
+    return text, ""
+
+
+def _text_output(said: Any) -> tuple[str | None, str]:
+    out = said.get("text_output") if isinstance(said, dict) else None
+    return (out, "") if isinstance(out, str) else (None, "")
+
+
+async def _post(
+    url: str, body: Obj, start: float,
+    read: Callable[[Any], tuple[str | None, str]] = _text_output,
+) -> SmokeAnswer:
     # A compressed answer would be read unbounded once inflated; a redirect would send the
     # request wherever the pod says.
     async with aiohttp.ClientSession(auto_decompress=False) as session, session.post(
@@ -254,8 +314,8 @@ async def _post(url: str, body: Obj, start: float) -> SmokeAnswer:
             said = json.loads(text)
         except ValueError:
             return SmokeAnswer(resp.status, None, seconds, f"not JSON: {text[:200]}")
-        out = said.get("text_output") if isinstance(said, dict) else None
-        return SmokeAnswer(200, out if isinstance(out, str) else None, seconds)
+        out, why = read(said)
+        return SmokeAnswer(200, out, seconds, why)
 
 
 async def _read_capped(resp: aiohttp.ClientResponse) -> bytes | None:

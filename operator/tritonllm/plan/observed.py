@@ -43,6 +43,9 @@ class SmokeRun:
     revision: str
     pod: str
     answers: tuple[SmokeAnswer, ...]
+    # The OpenAI request (/v1/completions on the frontend's port), sent after the set passed
+    # when the pod runs the frontend; its text is the first choice's. None: not sent.
+    openai: SmokeAnswer | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,9 +71,29 @@ def verdict(dep: TritonLLMDeployment, run: SmokeRun) -> tuple[bool, str]:
                           f"(prompt {request.prompt[:80]!r}): {wrong}"
     if len(run.answers) < len(smoke):
         return False, f"only {len(run.answers)} of {len(smoke)} smoke requests were sent"
+    wrong = None if run.openai is None else judge_openai(smoke[0], run.openai)
+    if wrong is not None:
+        return False, f"the OpenAI smoke request (/v1/completions, prompt " \
+                      f"{smoke[0].prompt[:80]!r}) to pod {run.pod}: {wrong}"
     slowest = max((a.seconds for a in run.answers), default=0.0)
-    return True, f"pod {run.pod} answered all {len(smoke)} smoke requests (slowest " \
+    also = " and the OpenAI request" if run.openai is not None else ""
+    return True, f"pod {run.pod} answered all {len(smoke)} smoke requests{also} (slowest " \
                  f"{slowest:.2f} s)"
+
+
+def judge_openai(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
+    """The OpenAI request passes with HTTP 200, a choice with text and the usage (the handlers
+    put what was missing in `error`), within the first request's latency bound."""
+    if answer.status is None:
+        return f"no answer after {answer.seconds:.1f} s: {answer.error}"
+    if answer.status != 200:
+        return f"HTTP {answer.status}: {answer.error[:ANSWER_QUOTE]}"
+    if answer.seconds > request.maxLatencySeconds:
+        return f"answered in {answer.seconds:.1f} s, above maxLatencySeconds " \
+               f"{request.maxLatencySeconds:g}"
+    if answer.text is None:
+        return answer.error[:ANSWER_QUOTE] or "the answer has no choice with text"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,6 +190,7 @@ def status_fields(
         "readyReplicas": workload.ready,
         "selector": rendered.selector,
         "endpoint": rendered.endpoint,
+        "openai": rendered.openai,
         "ready": f"{workload.ready}/{workload.desired}",
         "reason": reason,
         "parallelism": f"{par.tensor}x{par.pipeline}",

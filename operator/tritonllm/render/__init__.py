@@ -11,9 +11,10 @@ from typing import Any
 
 from tritonllm.api.deployment import FieldError, TritonLLMDeployment
 from tritonllm.api.settings import OperatorSettings
+from tritonllm.api.status import OpenAIStatus
 from tritonllm.triton.repository import extra_parameter_problems, render_repository
 
-from . import autoscaling, jobs, naming, plans, serving, store
+from . import autoscaling, frontend, jobs, naming, plans, serving, store
 from .manifest import Manifest, ObjectRef
 from .pod import RenderOptions
 
@@ -37,7 +38,7 @@ def validate(dep: TritonLLMDeployment, settings: OperatorSettings | None = None
     """Problems only the renderers can see (on top of parse_deployment's): fields whose values
     depend on the image's template set, such as serving.extraParameters; with the operator's
     settings, also what they forbid (a Prometheus not on their allow-list)."""
-    problems = extra_parameter_problems(dep)
+    problems = extra_parameter_problems(dep) + frontend.problems(dep)
     if settings is not None:
         problems += autoscaling.prometheus_url_problems(dep, settings)
     return problems
@@ -78,6 +79,8 @@ class Rendered:
     launch_plan: dict[str, Any]
     endpoint: str
     selector: str
+    # Whether the serving pods run the OpenAI frontend, its base URL, or why not (status.openai).
+    openai: OpenAIStatus
 
     @property
     def objects(self) -> list[Manifest]:
@@ -111,6 +114,19 @@ class Rendered:
 
 def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> Rendered:
     opts = opts or RenderOptions()
+    want = frontend.wanted(dep, opts)
+    if want is not None:
+        return _render(dep, opts, frontend.chosen(dep, want))
+    # spec.openai.enabled empty and a live workload: the frontend is added only when the pods
+    # roll anyway, so that upgrading the operator restarts no pods by itself.
+    on = _render(dep, opts, frontend.chosen(dep, True))
+    if serving.template_revision(on.workload.body) == opts.live_revision:
+        return on
+    off = _render(dep, opts, frontend.chosen(dep, False, deferred=True))
+    return off if serving.template_revision(off.workload.body) == opts.live_revision else on
+
+
+def _render(dep: TritonLLMDeployment, opts: RenderOptions, openai: frontend.Choice) -> Rendered:
     spec = dep.spec
     key = naming.engine_key(dep)
     e_dir = naming.engine_dir(key)
@@ -124,10 +140,12 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
     model_dir = naming.llmapi_model_dir(dep, key) if spec.runtime == "llmapi" else e_dir
     repo_files = repository_files(dep, model_dir, naming.tokenizer_dir(dep))
     digest = plans.EngineDigest.of(opts.engine_digest, opts.engine_fingerprints)
-    keyed = plans.keyed_plans(dep, key, repo_files, digest)
+    served = openai.served
+    config = frontend.config_files(dep) if served else None
+    keyed = plans.keyed_plans(dep, key, repo_files, digest, config)
     repo_key = keyed.repository_key
     workload_fn = serving.leader_worker_set if spec.topology.multi_node else serving.deployment
-    workload = workload_fn(dep, repo_key, key, opts)
+    workload = workload_fn(dep, repo_key, key, opts, openai=served)
     verified = spec.rollout.strategy == "Verified"
     return Rendered(
         name=dep.name,
@@ -141,20 +159,23 @@ def render_all(dep: TritonLLMDeployment, opts: RenderOptions | None = None) -> R
         build_job=Manifest.of(jobs.build_job(dep, key, gpus, opts)),
         repository_configmap=Manifest.of(jobs.plan_configmap(dep, repo_key, keyed.files)),
         repository_job=Manifest.of(jobs.repository_job(dep, repo_key, sorted(repo_files), opts)),
-        service=Manifest.of(serving.service(dep)),
+        service=Manifest.of(serving.service(dep, openai=served)),
         workload=Manifest.of(workload),
         verify_workload=Manifest.of(serving.verify_workload(dep, workload)) if verified else None,
         autoscaler=_manifest(autoscaling.hpa(dep)),
         scaled_object=_manifest(autoscaling.scaled_object(dep, opts)),
-        activator=tuple(Manifest.of(o) for o in autoscaling.activator_objects(dep, opts)),
-        pod_monitor=_manifest(autoscaling.pod_monitor(dep, opts)),
+        activator=tuple(
+            Manifest.of(o) for o in autoscaling.activator_objects(dep, opts, openai=served)
+        ),
+        pod_monitor=_manifest(autoscaling.pod_monitor(dep, opts, openai=served)),
         disruption_budget=_manifest(serving.pod_disruption_budget(dep)),
-        network_policy=_manifest(serving.network_policy(dep, opts)),
+        network_policy=_manifest(serving.network_policy(dep, opts, openai=served)),
         repository=repo_files,
         build_plan=bplan,
         launch_plan=keyed.launch_plan,
         endpoint=serving.endpoint(dep),
         selector=naming.selector_string(dep),
+        openai=openai.status,
     )
 
 

@@ -156,7 +156,7 @@ def held_requests_query(dep: TritonLLMDeployment) -> str:
     """PromQL: requests the activator is forwarding or holding (HAProxy's backend sessions)."""
     return (
         f"sum(haproxy_backend_current_sessions{{{_selector(dep)},"
-        f'app_kubernetes_io_component="{COMPONENT_ACTIVATOR}",proxy=~"http|grpc"}})'
+        f'app_kubernetes_io_component="{COMPONENT_ACTIVATOR}",proxy=~"http|grpc|openai"}})'
     )
 
 
@@ -225,12 +225,16 @@ def prometheus_url_problems(dep: TritonLLMDeployment,
         "(TRITONLLM_PROMETHEUS_URL_ALLOWED)")]
 
 
-def pod_monitor(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any] | None:
-    """A PodMonitor over the serving pods' metrics port (and the activator's), rendered when
-    the cluster serves the Prometheus operator's PodMonitor kind."""
+def pod_monitor(
+    dep: TritonLLMDeployment, opts: RenderOptions, *, openai: bool = False
+) -> dict[str, Any] | None:
+    """A PodMonitor over the serving pods' metrics port (and the OpenAI frontend's, and the
+    activator's), rendered when the cluster serves the Prometheus operator's PodMonitor kind."""
     if not opts.pod_monitors:
         return None
     endpoints = [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    if openai:
+        endpoints.append({"port": c.OPENAI_PORT_NAME, "path": "/metrics", "interval": "15s"})
     if scales_to_zero(dep):
         endpoints.append({"port": "stats", "path": "/metrics", "interval": "15s"})
     return {
@@ -268,10 +272,18 @@ def activator_labels(dep: TritonLLMDeployment) -> dict[str, str]:
             c.LABEL_COMPONENT: COMPONENT_ACTIVATOR}
 
 
-def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
-    """haproxy.cfg: HTTP and gRPC (h2c) to the backend Service, each request held while no
-    serving pod is ready; Prometheus exporter and health on the stats port."""
+def activator_config(
+    dep: TritonLLMDeployment, opts: RenderOptions, *, openai: bool = False
+) -> str:
+    """haproxy.cfg: HTTP and gRPC (h2c) to the backend Service, and the OpenAI port when the
+    serving pods serve it, each request held while no serving pod is ready; Prometheus exporter
+    and health on the stats port."""
     backend = f"{backend_service_name(dep)}.{dep.namespace}.svc.{CLUSTER_DOMAIN}"
+    # The OpenAI API is plain HTTP to the frontend: the same hold and retry rules as `http`.
+    frontend = [
+        "frontend openai", f"  bind :{c.OPENAI_PORT}", "  default_backend openai",
+    ] if openai else []
+    server = ["backend openai", f"  server serving {backend}:{c.OPENAI_PORT}"] if openai else []
     return "\n".join([
         "global",
         "  maxconn 4096",
@@ -298,6 +310,7 @@ def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
         "frontend grpc",
         f"  bind :{c.GRPC_PORT} proto h2",
         "  default_backend grpc",
+        *frontend,
         "frontend stats",
         f"  bind :{ACTIVATOR_STATS_PORT}",
         "  http-request use-service prometheus-exporter if { path /metrics }",
@@ -306,18 +319,21 @@ def activator_config(dep: TritonLLMDeployment, opts: RenderOptions) -> str:
         f"  server serving {backend}:{c.HTTP_PORT}",
         "backend grpc",
         f"  server serving {backend}:{c.GRPC_PORT} proto h2",
+        *server,
         "",
     ])
 
 
-def activator_network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
+def activator_network_policy(
+    dep: TritonLLMDeployment, *, openai: bool = False
+) -> dict[str, Any] | None:
     """Ingress to the activator's pods from the sources the serving pods admit: at zero the
     deployment's Service selects them, so without it every pod of the cluster would reach the
     model through them. The stats port too, like the serving pods' metrics port: Prometheus
     reads the held requests there, which is what activates the deployment."""
     if not scales_to_zero(dep) or not dep.spec.networkPolicy.enabled:
         return None
-    ports = (c.HTTP_PORT, c.GRPC_PORT, ACTIVATOR_STATS_PORT)
+    ports = (c.HTTP_PORT, c.GRPC_PORT, ACTIVATOR_STATS_PORT, *([c.OPENAI_PORT] if openai else []))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -334,14 +350,17 @@ def activator_network_policy(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     }
 
 
-def activator_objects(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dict[str, Any]]:
+def activator_objects(
+    dep: TritonLLMDeployment, opts: RenderOptions, *, openai: bool = False
+) -> list[dict[str, Any]]:
     """ConfigMap, backend Service, NetworkPolicy and Deployment of the activator (the policy
-    before the pods it admits to); none unless the deployment scales to zero."""
+    before the pods it admits to); none unless the deployment scales to zero. `openai`: the
+    serving pods serve the OpenAI API, which the activator forwards and holds as well."""
     if not scales_to_zero(dep):
         return []
     name = activator_name(dep)
     labels = activator_labels(dep)
-    config = activator_config(dep, opts)
+    config = activator_config(dep, opts, openai=openai)
     configmap = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -355,7 +374,7 @@ def activator_objects(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dic
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": labels},
-            "template": _activator_pod(dep, opts, labels, config),
+            "template": _activator_pod(dep, opts, labels, config, openai=openai),
         },
     }
     backend = {
@@ -370,16 +389,25 @@ def activator_objects(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dic
                 {"name": "http", "port": c.HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
                 {"name": "grpc", "port": c.GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
                  "appProtocol": "grpc"},
+                *([openai_port()] if openai else []),
             ],
         },
     }
-    policy = activator_network_policy(dep)
+    policy = activator_network_policy(dep, openai=openai)
     return [configmap, backend, *([policy] if policy else []), workload]
 
 
+def openai_port() -> dict[str, Any]:
+    """The OpenAI port of a Service (the deployment's, the activator's backend)."""
+    return {"name": c.OPENAI_PORT_NAME, "port": c.OPENAI_PORT,
+            "targetPort": c.OPENAI_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}
+
+
 def _activator_pod(dep: TritonLLMDeployment, opts: RenderOptions, labels: dict[str, str],
-                   config: str) -> dict[str, Any]:
+                   config: str, *, openai: bool = False) -> dict[str, Any]:
     ports = [("http", c.HTTP_PORT), ("grpc", c.GRPC_PORT), ("stats", ACTIVATOR_STATS_PORT)]
+    if openai:
+        ports.append((c.OPENAI_PORT_NAME, c.OPENAI_PORT))
     return {
         "metadata": {
             "labels": labels,

@@ -5,6 +5,7 @@
   engine.quantization asks for one.
 - repository.json and launch.json (plan ConfigMap, next to the repository files): the repository
   step with the engine it must match, and the serving command with the topology it runs.
+- openai.json (plan ConfigMap, when the pods run the OpenAI frontend): its FrontendConfig.
 
 The plan ConfigMap is named by the repository key, a hash of its whole content; since that content
 names the repository directory, which is named by the key, the plans are rendered once with a
@@ -21,6 +22,7 @@ from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 from tritonllm.triton.build import build_plan, download_plan, download_step
 from tritonllm.triton.launch import launch_spec, mpirun_argv, rsh_agent
+from tritonllm.triton.openai import FRONTEND_CONFIG_KEY
 
 from . import naming
 
@@ -151,17 +153,24 @@ class Keyed:
 
 def keyed_plans(
     dep: TritonLLMDeployment, key: str, repo_files: dict[str, str],
-    digest: EngineDigest | None = None,
+    digest: EngineDigest | None = None, frontend: tuple[str, str] | None = None,
 ) -> Keyed:
     """Render the plans once, hash everything, then fill in the repository directory. A new
-    engine digest (an engine rebuilt under its key) is a new repository revision."""
+    engine digest (an engine rebuilt under its key) is a new repository revision. `frontend`:
+    the OpenAI frontend's openai.json as the ConfigMap holds it and as the key hashes it
+    (tritonllm.render.frontend.config_files); without it the key is what it always was."""
     texts = {
         LAUNCH_PLAN_KEY: _json(launch_plan(dep, key, REPOSITORY_SLOT, digest)),
         REPOSITORY_PLAN_KEY: _json(repository_plan(dep, key, REPOSITORY_SLOT)),
     }
-    repo_key = naming.repository_key({**repo_files, **texts})
+    hashed = {**repo_files, **texts}
+    if frontend is not None:
+        hashed[FRONTEND_CONFIG_KEY] = frontend[1]
+    repo_key = naming.repository_key(hashed)
     repo_dir = naming.repository_dir(dep, repo_key)
     filled = {k: text.replace(REPOSITORY_SLOT, repo_dir) for k, text in texts.items()}
+    if frontend is not None:
+        filled[FRONTEND_CONFIG_KEY] = frontend[0]
     launch = json.loads(filled[LAUNCH_PLAN_KEY])
     return Keyed(repo_key, repo_dir, {**repo_files, **filled}, launch)
 

@@ -52,6 +52,10 @@ class RenderOptions:
     # fingerprintDigest): the launch plan carries them, serving pods refuse another engine.
     engine_digest: str | None = None
     engine_fingerprints: str | None = None
+    # The revision the live serving workload's pods run (None: no serving workload yet): with
+    # spec.openai.enabled empty, a live revision without the OpenAI frontend keeps it off
+    # (tritonllm.render.frontend).
+    live_revision: str | None = None
 
 
 def owner_references(dep: TritonLLMDeployment, *, controller: bool = True) -> list[dict[str, Any]]:

@@ -20,9 +20,9 @@ from typing import Any
 from tritonllm.api import constants as c
 from tritonllm.api.deployment import TritonLLMDeployment
 
-from . import autoscaling, naming, network
+from . import autoscaling, frontend, naming, network
 from .jobs import configmap_key
-from .plans import LAUNCH_PLAN_KEY
+from .plans import FRONTEND_CONFIG_KEY, LAUNCH_PLAN_KEY
 from .pod import (
     PLAN_VOLUME,
     PYZ,
@@ -143,8 +143,9 @@ def _container(dep: TritonLLMDeployment, opts: RenderOptions, role: str) -> dict
     return container
 
 
-def _volumes(dep: TritonLLMDeployment, repo_key: str) -> list[dict[str, Any]]:
-    items = [{"key": configmap_key(LAUNCH_PLAN_KEY), "path": LAUNCH_PLAN_KEY}]
+def _volumes(dep: TritonLLMDeployment, repo_key: str, openai: bool) -> list[dict[str, Any]]:
+    keys = [LAUNCH_PLAN_KEY, FRONTEND_CONFIG_KEY] if openai else [LAUNCH_PLAN_KEY]
+    items = [{"key": configmap_key(k), "path": k} for k in keys]
     cm = naming.plan_configmap_name(dep, repo_key)
     volumes: list[dict[str, Any]] = [
         *store_volumes(dep),
@@ -166,9 +167,12 @@ def _pod_template(
     opts: RenderOptions,
     *,
     role: str,
+    openai: bool = False,
 ) -> dict[str, Any]:
-    """role: "server" (single node), "leader" or "worker" (multi node)."""
+    """role: "server" (single node), "leader" or "worker" (multi node); `openai`: the pods
+    that take traffic (not the workers) run the OpenAI frontend beside Triton."""
     component = c.COMPONENT_WORKER if role == "worker" else c.COMPONENT_SERVER
+    sidecar = openai and role != "worker"
     labels = {
         **naming.base_labels(dep, component),
         c.LABEL_ENGINE_KEY: key,
@@ -186,8 +190,12 @@ def _pod_template(
             # Long enough for tritonserver to drain in-flight requests after SIGTERM.
             "terminationGracePeriodSeconds": 60,
             "initContainers": [tools_init_container(dep, opts)],
-            "containers": [_container(dep, opts, role)],
-            "volumes": _volumes(dep, repo_key),
+            "containers": [
+                _container(dep, opts, role),
+                *([frontend.container(dep, opts, prestop_seconds=PRESTOP_SLEEP_SECONDS)]
+                  if sidecar else []),
+            ],
+            "volumes": _volumes(dep, repo_key, sidecar),
         },
     }
 
@@ -200,7 +208,8 @@ def _replicas(dep: TritonLLMDeployment, opts: RenderOptions) -> dict[str, Any]:
 
 
 def deployment(
-    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
+    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions, *,
+    openai: bool = False,
 ) -> dict[str, Any]:
     labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
     obj: dict[str, Any] = {
@@ -216,14 +225,15 @@ def deployment(
             },
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_COLD_SECONDS + 600,
-            "template": _pod_template(dep, repo_key, key, opts, role="server"),
+            "template": _pod_template(dep, repo_key, key, opts, role="server", openai=openai),
         },
     }
     return _with_revision(obj, [obj["spec"]["template"]])
 
 
 def leader_worker_set(
-    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions
+    dep: TritonLLMDeployment, repo_key: str, key: str, opts: RenderOptions, *,
+    openai: bool = False,
 ) -> dict[str, Any]:
     labels = {**naming.base_labels(dep, c.COMPONENT_SERVER), c.LABEL_ENGINE_KEY: key}
     obj: dict[str, Any] = {
@@ -245,7 +255,8 @@ def leader_worker_set(
             "leaderWorkerTemplate": {
                 "size": dep.spec.topology.pods_per_group,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _pod_template(dep, repo_key, key, opts, role="leader"),
+                "leaderTemplate": _pod_template(dep, repo_key, key, opts, role="leader",
+                                                openai=openai),
                 "workerTemplate": _pod_template(dep, repo_key, key, opts, role="worker"),
             },
         },
@@ -313,9 +324,10 @@ def _serving_metadata(dep: TritonLLMDeployment) -> dict[str, Any]:
     return metadata(dep, naming.serving_name(dep), naming.base_labels(dep, c.COMPONENT_SERVER))
 
 
-def service(dep: TritonLLMDeployment) -> dict[str, Any]:
+def service(dep: TritonLLMDeployment, *, openai: bool = False) -> dict[str, Any]:
     """The deployment's endpoint: the serving pods, or when it scales to zero the activator's
-    pods, which forward to the serving pods through the backend Service."""
+    pods, which forward to the serving pods through the backend Service. `openai`: the pods
+    serve the OpenAI API, on port `openai`."""
     if autoscaling.scales_to_zero(dep):
         selector = autoscaling.activator_labels(dep)
     else:
@@ -342,6 +354,7 @@ def service(dep: TritonLLMDeployment) -> dict[str, Any]:
                     "targetPort": "metrics",
                     "protocol": "TCP",
                 },
+                *([autoscaling.openai_port()] if openai else []),
             ],
         },
     }
@@ -363,24 +376,24 @@ def group_selector(dep: TritonLLMDeployment) -> dict[str, Any]:
 
 
 def network_policy(
-    dep: TritonLLMDeployment, opts: RenderOptions | None = None
+    dep: TritonLLMDeployment, opts: RenderOptions | None = None, *, openai: bool = False
 ) -> dict[str, Any] | None:
     """Ingress to every serving pod (leaders and workers alike): the serving ports from the
     namespace and the configured sources; multi-node, every port between the deployment's own
     serving pods (sshd, and the ports MPI and NCCL pick at run time, in both directions: the
     workers' orted and NCCL connect back to the leader), which share one SSH key pair. Nothing
     else reaches them, so a worker's sshd is closed to every other pod. With a verified
-    rollout, the operator's pods reach the HTTP port (its smoke requests)."""
+    rollout, the operator's pods reach the HTTP port (its smoke requests), and the OpenAI
+    port when the pods serve it (`openai`)."""
     opts = opts or RenderOptions()
     np = dep.spec.networkPolicy
     if not np.enabled:
         return None
     sources = network.sources(dep)  # the activator's pods admit the same (scale to zero)
-    ports = [
-        {"protocol": "TCP", "port": port}
-        for port in (c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT)
+    ports = [{"protocol": "TCP", "port": port} for port in serving_ports(openai)]
+    ingress: list[dict[str, Any]] = [
+        {"from": sources, "ports": ports}, *_smoke_ingress(dep, opts, openai)
     ]
-    ingress: list[dict[str, Any]] = [{"from": sources, "ports": ports}, *_smoke_ingress(dep, opts)]
     if dep.spec.topology.multi_node:
         ingress.append({"from": [{"podSelector": group_selector(dep)}]})
     return {
@@ -395,11 +408,19 @@ def network_policy(
     }
 
 
-def _smoke_ingress(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dict[str, Any]]:
+def serving_ports(openai: bool) -> tuple[int, ...]:
+    """The ports clients (and Prometheus) reach on a serving pod."""
+    ports = (c.HTTP_PORT, c.GRPC_PORT, c.METRICS_PORT)
+    return (*ports, c.OPENAI_PORT) if openai else ports
+
+
+def _smoke_ingress(
+    dep: TritonLLMDeployment, opts: RenderOptions, openai: bool
+) -> list[dict[str, Any]]:
     """The operator's smoke requests of a verified rollout: from the operator's own pods (the
-    chart's labels) in its namespace, to the HTTP port. None when the operator runs outside the
-    cluster (no namespace; it calls from a node) or in the deployment's namespace, whose pods
-    the first rule admits already."""
+    chart's labels) in its namespace, to the HTTP port (and the OpenAI port). None when the
+    operator runs outside the cluster (no namespace; it calls from a node) or in the
+    deployment's namespace, whose pods the first rule admits already."""
     home = opts.settings.operator_namespace
     if dep.spec.rollout.strategy != "Verified" or not home or home == dep.namespace:
         return []
@@ -407,7 +428,8 @@ def _smoke_ingress(dep: TritonLLMDeployment, opts: RenderOptions) -> list[dict[s
     return [{
         "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": home}},
                   "podSelector": {"matchLabels": operator_pods}}],
-        "ports": [{"protocol": "TCP", "port": c.HTTP_PORT}],
+        "ports": [{"protocol": "TCP", "port": port}
+                  for port in ((c.HTTP_PORT, c.OPENAI_PORT) if openai else (c.HTTP_PORT,))],
     }]
 
 
