@@ -250,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"   prompt: {prompt!r}\n   answer: {answer!r}")
                 print(f"   kubectl apply -> first answer: {took:.1f} s")
+                chat = openai_chat(cluster, REAL_NAMESPACE, example, prompt)
+                print(f"   OpenAI API (/v1/chat/completions through the Service): {chat}")
             print(
                 f"Explore: KUBECONFIG={kubeconfig} kubectl get tllm,pods,svc -n {REAL_NAMESPACE}"
             )
@@ -280,6 +282,38 @@ def _generate(url: str, prompt: str, length_input: str = "max_tokens") -> str | 
             return str(json.loads(resp.read())["text_output"])
     except OSError:
         return None
+
+
+def openai_chat(cluster: Any, namespace: str, example: Path, prompt: str) -> str:
+    """One chat request to the deployment's OpenAI API through its Service, as an application
+    sends it (the body the `openai` SDK posts); the answer and its token usage, in one line."""
+    import json
+    import urllib.request
+
+    import yaml
+
+    from tritonllm.api import constants as c
+
+    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    ip = cluster.kubectl_json("get", "svc", name, "-n", namespace)["spec"]["clusterIP"]
+    body = {"model": name, "max_tokens": 4,
+            "messages": [{"role": "user", "content": prompt}]}
+    req = urllib.request.Request(f"http://{ip}:{c.OPENAI_PORT}/v1/chat/completions",
+                                 json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+
+    def ask() -> str | None:
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                answer = json.loads(resp.read(1 << 20))
+        except OSError:
+            return None
+        choice, usage = answer["choices"][0], answer["usage"]
+        return (f"{choice['message']['content']!r} (finish_reason {choice['finish_reason']}, "
+                f"{usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion "
+                "tokens)")
+
+    return str(_wait(ask, 60, f"{name}'s OpenAI API answers"))
 
 
 def serve_for_real(

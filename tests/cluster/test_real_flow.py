@@ -296,7 +296,9 @@ def test_cpu_standin_example_serves_on_real_containers(
         # The serving pod is the rendered one, Ready by its own probe, with world size 2.
         (server,) = _pods(cluster, ns, "server")
         assert server["spec"]["nodeName"] == NODE_NAME, diag
-        (serving,) = server["status"]["containerStatuses"]
+        # tritonserver's container (the OpenAI frontend runs beside it).
+        (serving,) = [s for s in server["status"]["containerStatuses"] if s["name"] == "triton"]
+        assert all(s["ready"] for s in server["status"]["containerStatuses"]), diag
         assert serving["ready"] is True and serving["restartCount"] == 0, diag
         # As rendered, restricted: the ranks run as UID 1000 on a read-only root filesystem.
         ids = cluster.kubectl(

@@ -126,7 +126,9 @@ def test_cpu_standin_llmapi_example_serves_on_real_containers(
         (server,) = _pods(cluster, ns, c.COMPONENT_SERVER)
         pod = server["metadata"]["name"]
         assert server["spec"]["nodeName"] == NODE_NAME, diag
-        (serving,) = server["status"]["containerStatuses"]
+        # tritonserver's container (the OpenAI frontend runs beside it).
+        (serving,) = [s for s in server["status"]["containerStatuses"] if s["name"] == "triton"]
+        assert all(s["ready"] for s in server["status"]["containerStatuses"]), diag
         assert serving["ready"] is True and serving["restartCount"] == 0, diag
         ids = cluster.kubectl(
             "exec", pod, "-n", ns, "-c", serving["name"], "--", "sh", "-c",

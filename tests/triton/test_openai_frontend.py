@@ -119,8 +119,18 @@ def direct(frontend: Frontend, prompt: str, max_tokens: int, stream: bool = True
     """The model's text for `prompt` asked of Triton directly (gRPC stream; one response per
     step, or with `stream` false one response), as the frontend asks it: the reference every
     answer is compared with."""
+    return direct_counted(frontend, prompt, max_tokens, stream)[0]
+
+
+def direct_counted(frontend: Frontend, prompt: str, max_tokens: int,
+                   stream: bool = True) -> tuple[str, int | None]:
+    """direct()'s text and the model's own count of the tokens it generated (the summed
+    num_output_tokens of its responses; None when the model has no such output)."""
     cfg = frontend.config
-    values = {"prompt": prompt, "max_tokens": max_tokens, "stream": stream}
+    counted = "num_output_tokens" in cfg.outputs
+    values: dict[str, object] = {"prompt": prompt, "max_tokens": max_tokens, "stream": stream}
+    if counted:
+        values["return_num_output_tokens"] = True
     inputs = []
     for name, value in values.items():
         tensor = cfg.inputs[name]
@@ -129,18 +139,26 @@ def direct(frontend: Frontend, prompt: str, max_tokens: int, stream: bool = True
         else:
             array = np.array([value], {"INT32": np.int32, "BOOL": bool}[tensor.dtype])
         inputs.append((tensor.name, tensor.dtype, array.reshape(1, 1) if cfg.batched else array))
-    return "".join(stream_texts(grpc_stream(cfg.triton_grpc, cfg.triton_model, inputs)))
+    results = grpc_stream(cfg.triton_grpc, cfg.triton_model, inputs)
+    text = "".join(stream_texts(results))
+    if not counted:
+        return text, None
+    counts = [int(v.reshape(-1)[0]) for r in results
+              if (v := r.as_numpy(cfg.outputs["num_output_tokens"])) is not None]
+    return text, sum(counts)
 
 
 def expected(frontend: Frontend, prompt: str, max_tokens: int) -> tuple[str, int, str]:
     """(text, completion tokens, finish_reason) of a NON-streamed answer. llmapi: Triton
     streams, one token per step. Engine: the ensemble is asked for one whole response (its
-    postprocessing then decodes all tokens together), whose text is re-encoded to count; the
-    stand-in's generated <s> tokens are not in the text, so they are not counted."""
+    postprocessing then decodes all tokens together), counted by the model's num_output_tokens
+    where its version has that output, else by re-encoding the text (which misses the
+    stand-in's generated <s> tokens: they are not in the text)."""
     if frontend.config.runtime == "engine":
-        text = direct(frontend, prompt, max_tokens, stream=False)
-        tokens = len(Tokenizer.from_file(f"{frontend.config.tokenizer_dir}/tokenizer.json")
-                     .encode(text, add_special_tokens=False).ids)
+        text, counted = direct_counted(frontend, prompt, max_tokens, stream=False)
+        tokens = counted if counted is not None else len(
+            Tokenizer.from_file(f"{frontend.config.tokenizer_dir}/tokenizer.json")
+            .encode(text, add_special_tokens=False).ids)
         return text, tokens, "length" if tokens >= max_tokens else "stop"
     return direct(frontend, prompt, max_tokens), max_tokens, "length"
 
@@ -516,13 +534,31 @@ def llmapi_plain(triton_install: TritonInstall, tokenizer_dir: Path, chat_tokeni
 
 
 def test_a_model_that_is_not_decoupled(llmapi_plain: Frontend) -> None:
-    """Its completion tokens are its text re-encoded (no per-step responses to count), and a
-    streamed answer is its one text in one chunk."""
-    client, name = sdk(llmapi_plain), llmapi_plain.config.served_model_name
+    """Its completion tokens are the model's own count (num_output_tokens of its one response:
+    no per-step responses to count, and re-encoding the text would miss generated tokens that
+    leave no text), and a streamed answer is its one text in one chunk."""
+    import tritonclient.grpc as grpcclient
+
+    cfg = llmapi_plain.config
+    client, name = sdk(llmapi_plain), cfg.served_model_name
     answer = client.completions.create(model=name, prompt="the quick brown fox", max_tokens=8)
     text = answer.choices[0].text
     assert text.split() and set(text.split()) <= {"the", "quick", "brown", "fox"}
-    assert answer.usage is not None and answer.usage.completion_tokens == len(text.split())
+    # The same request asked of Triton directly, with the count the model returns.
+    triton = grpcclient.InferenceServerClient(cfg.triton_grpc)
+    inputs = []
+    for key, value, np_type in (("prompt", b"the quick brown fox", object),
+                                ("max_tokens", 8, np.int32),
+                                ("return_num_output_tokens", True, bool)):
+        tensor = cfg.inputs[key]
+        inputs.append(grpcclient.InferInput(tensor.name, [1], tensor.dtype))
+        inputs[-1].set_data_from_numpy(np.array([value], dtype=np_type))
+    result = triton.infer(cfg.triton_model, inputs)
+    generated = int(result.as_numpy(cfg.outputs["num_output_tokens"]).reshape(-1)[0])
+    triton.close()
+    assert answer.usage is not None and answer.usage.completion_tokens == generated
+    assert generated >= len(text.split())
+    assert answer.choices[0].finish_reason == ("length" if generated >= 8 else "stop")
     assert answer.usage.prompt_tokens == 5
     stream = list(client.completions.create(model=name, prompt="the quick brown fox",
                                             max_tokens=8, stream=True))

@@ -129,7 +129,9 @@ def test_llmapi_calls_its_single_model_unbatched() -> None:
     assert (cfg.triton_model, cfg.batched, cfg.decoupled) == ("tensorrt_llm", False, True)
     assert cfg.inputs["max_tokens"].name == "sampling_param_max_tokens"
     assert cfg.inputs["stream"].name == "streaming"
-    assert cfg.outputs == {"text": "text_output", "log_probs": "output_log_probs"}
+    assert cfg.outputs == {"text": "text_output", "log_probs": "output_log_probs",
+                           "num_output_tokens": "num_output_tokens"}
+    assert cfg.inputs["return_num_output_tokens"].name == "return_num_output_tokens"
 
 
 def test_an_ensemble_that_echoes_the_prompt_says_so() -> None:

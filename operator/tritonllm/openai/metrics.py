@@ -39,9 +39,11 @@ class Metrics:
                                   buckets=LATENCY_BUCKETS, registry=r)
         self.in_flight = Gauge(f"{PREFIX}_requests_in_flight", "Generation requests being "
                                "answered", ["model"], registry=r)
-        self.prompt_tokens.labels(model)
-        self.completion_tokens.labels(model)
-        self.in_flight.labels(model)
+        # Every family has its series from the first scrape (a histogram no request has fed
+        # yet, e.g. inter-token gaps of a model that answers in one response, still exists).
+        for family in (self.prompt_tokens, self.completion_tokens, self.ttft, self.itl,
+                       self.duration, self.in_flight):
+            family.labels(model)
 
     def request(self, endpoint: str, status: int) -> None:
         self.requests.labels(self.model, endpoint, str(status)).inc()

@@ -73,6 +73,8 @@ class Job:
     # The prompt, when the model's first response repeats it before the completion
     # (FrontendConfig.output_includes_prompt): removed from that response's text.
     echoed_prompt: str = ""
+    # num_output_tokens of a whole answer, when the model returns it.
+    model_tokens: int | None = None
 
 
 def strip_echo(text: str, prompt: str) -> str:
@@ -274,6 +276,9 @@ class Frontend:
                                     f"{self.config.served_model_name}", "logprobs",
                                     code="unsupported_parameter")
             values["return_log_probs"] = True
+        if "num_output_tokens" in self.config.outputs and \
+                "return_num_output_tokens" in self.config.inputs:
+            values["return_num_output_tokens"] = True
         return values
 
     # --- running one job -----------------------------------------------------------------------
@@ -297,6 +302,8 @@ class Frontend:
                     step = dataclasses.replace(step, text=strip_echo(step.text, job.echoed_prompt))
                 job.generated.append(step.text)
                 job.completion_tokens += 1 if job.triton_stream else 0
+                if step.tokens is not None and not job.triton_stream:
+                    job.model_tokens = step.tokens
                 text = matcher.feed(step.text)
                 if text or step.logprobs:
                     yield text, self._logprobs(step)
@@ -310,8 +317,9 @@ class Frontend:
         self._finish(job, matcher.stopped)
 
     def _finish(self, job: Job, stopped: bool) -> None:
-        if not job.triton_stream:  # one response: its text re-encoded
-            job.completion_tokens = self.tokenizer.count("".join(job.generated), False)
+        if not job.triton_stream:  # one response: the model's count, else its text re-encoded
+            job.completion_tokens = job.model_tokens if job.model_tokens is not None else \
+                self.tokenizer.count("".join(job.generated), False)
         if stopped:
             job.finish_reason = "stop"
         else:

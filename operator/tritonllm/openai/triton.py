@@ -40,6 +40,8 @@ class Step:
 
     text: str
     logprobs: tuple[float, ...] = ()
+    # The tokens the model says it generated (num_output_tokens), when it says.
+    tokens: int | None = None
 
 
 def tensor(spec: TritonTensor, value: Any, batched: bool) -> grpcclient.InferInput:
@@ -95,6 +97,13 @@ def _logprobs(result: Any, output: str | None) -> tuple[float, ...]:
     return () if array is None else tuple(float(v) for v in array.reshape(-1))
 
 
+def _count(result: Any, output: str | None) -> int | None:
+    array = None if output is None else result.as_numpy(output)
+    if array is None or array.size == 0:
+        return None
+    return max(0, int(array.reshape(-1)[0]))
+
+
 class TritonClient:
     def __init__(self, config: FrontendConfig) -> None:
         self.config = config
@@ -114,6 +123,8 @@ class TritonClient:
         names = [self.config.outputs["text"]]
         if logprobs and "log_probs" in self.config.outputs:
             names.append(self.config.outputs["log_probs"])
+        if "num_output_tokens" in self.config.outputs:
+            names.append(self.config.outputs["num_output_tokens"])
         return [grpcclient.InferRequestedOutput(n) for n in names]
 
     async def generate(self, inputs: list[Any], request_id: str,
@@ -135,7 +146,8 @@ class TritonClient:
     def _step(self, result: Any, logprobs: bool) -> Step:
         text = _text(result, self.config.outputs["text"])
         lp = self.config.outputs.get("log_probs") if logprobs else None
-        return Step(text if text is not None else "", _logprobs(result, lp))
+        return Step(text if text is not None else "", _logprobs(result, lp),
+                    _count(result, self.config.outputs.get("num_output_tokens")))
 
     async def _stream(self, inputs: list[Any], request_id: str,
                       logprobs: bool) -> AsyncGenerator[Step, None]:

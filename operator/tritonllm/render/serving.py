@@ -44,6 +44,8 @@ from .pod import (
     tools_init_container,
 )
 
+# The container kubectl picks when a command names none (kubectl logs, exec).
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 PROBE_PERIOD_SECONDS = 10
 # The startup probe asks often: it is what turns "tritonserver is ready" into a Ready pod, so its
 # period is pure added latency on every start (a 10 s period cost 5 s on average, up to 10 s);
@@ -182,6 +184,8 @@ def _pod_template(
         "prometheus.io/scrape": "true" if role != "worker" else "false",
         "prometheus.io/port": str(c.METRICS_PORT),
         "prometheus.io/path": "/metrics",
+        # `kubectl logs|exec POD` mean tritonserver's container, not the frontend beside it.
+        **({DEFAULT_CONTAINER_ANNOTATION: "triton"} if sidecar else {}),
     })
     return {
         "metadata": {"labels": pod_labels(dep, labels), "annotations": annotations},

@@ -41,6 +41,7 @@ PARAMETERS = (
     "presence_penalty",  # FP32
     "return_log_probs",  # BOOL: ask for per-token log probabilities
     "end_id",            # INT32 (unused unless a model needs it)
+    "return_num_output_tokens",  # BOOL: ask for the count of generated tokens
 )
 
 
@@ -72,7 +73,8 @@ class FrontendConfig(BaseModel):
     # OpenAI field that needs it is refused with 400 naming the field).
     inputs: dict[str, TritonTensor]
     # "text" -> the output tensor with the generated text; "log_probs" -> per-token log
-    # probabilities, when the model returns them.
+    # probabilities, when the model returns them; "num_output_tokens" -> the count of tokens
+    # generated (a whole answer's completion tokens, exact where re-encoding its text is not).
     outputs: dict[str, str]
     # The model's tokenizer files (tokenizer.json, tokenizer_config.json, chat_template.jinja)
     # as mounted in the frontend's container (the store, read-only).
@@ -118,6 +120,7 @@ _ENSEMBLE_INPUTS: dict[str, tuple[str, ...]] = {
     "presence_penalty": ("presence_penalty",),
     "return_log_probs": ("return_log_probs",),
     "end_id": ("end_id",),
+    "return_num_output_tokens": ("return_num_output_tokens",),  # TensorRT-LLM 1.0's templates
 }
 _LLMAPI_INPUTS: dict[str, tuple[str, ...]] = {
     "prompt": ("text_input",),
@@ -132,9 +135,12 @@ _LLMAPI_INPUTS: dict[str, tuple[str, ...]] = {
     # the count of log probabilities per token, as SamplingParams.logprobs).
     "return_log_probs": ("sampling_param_logprobs",),
     "end_id": ("sampling_param_end_id",),
+    "return_num_output_tokens": ("return_num_output_tokens",),
 }
 # The output with per-token log probabilities, in either runtime's model.
 _LOG_PROBS_OUTPUT = "output_log_probs"
+# The output with the count of generated tokens (with its input return_num_output_tokens).
+_NUM_OUTPUT_TOKENS = "num_output_tokens"
 # Triton's wire name of the config's STRING type.
 _WIRE_DTYPE = {"STRING": "BYTES"}
 
@@ -184,6 +190,9 @@ def frontend_config(dep: TritonLLMDeployment, *, tokenizer_dir: str) -> Frontend
     outputs = {"text": "text_output"}
     if contract.output(_LOG_PROBS_OUTPUT) is not None:
         outputs["log_probs"] = _LOG_PROBS_OUTPUT
+    if contract.output(_NUM_OUTPUT_TOKENS) is not None and \
+            contract.input("return_num_output_tokens") is not None:
+        outputs["num_output_tokens"] = _NUM_OUTPUT_TOKENS
     limits = spec.engine.limits
     return FrontendConfig(
         served_model_name=served_model_name(dep),

@@ -319,10 +319,11 @@ class TritonPythonModel:
             prompt, streaming, exclude = self._parse(request)
             if streaming:
                 for token in self._generate(prompt, request, held):
-                    yield self._response([token], request)
+                    yield self._response([token], request, generated=1)
                 return
             tokens = list(self._generate(prompt, request, held))
-            yield self._response(tokens if exclude else [*prompt.tolist(), *tokens], request)
+            yield self._response(tokens if exclude else [*prompt.tolist(), *tokens], request,
+                                 generated=len(tokens))
         except Exception as exc:
             held.failed = True
             yield pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
@@ -338,9 +339,11 @@ class TritonPythonModel:
             self.occupancy.token(held)
             yield token
 
-    def _response(self, tokens: list[int], request: Any) -> Any:
+    def _response(self, tokens: list[int], request: Any, *, generated: int) -> Any:
         """Only the outputs the request asked for (all when it names none): the Python backend
-        prunes the others of a decoupled response, and that pruning crashed its 3.12 stub."""
+        prunes the others of a decoupled response, and that pruning crashed its 3.12 stub.
+        num_output_tokens is the count of tokens this response generated (TensorRT-LLM 1.0's
+        output, asked for with return_num_output_tokens)."""
         wanted = set(request.requested_output_names()) or set(self.outputs)
         tensors = []
         for name, (dtype, dims) in self.outputs.items():
@@ -350,6 +353,8 @@ class TritonPythonModel:
                 value = np.array([[tokens]], dtype)
             elif name == "sequence_length":
                 value = np.array([[len(tokens)]], dtype)
+            elif name == "num_output_tokens":
+                value = np.array([[generated]], dtype)
             else:
                 value = np.zeros([1, *(1 if d < 0 else d for d in dims)], dtype)
             tensors.append(pb_utils.Tensor(name, value))

@@ -208,7 +208,7 @@ class TritonPythonModel(CpuStandin):
                     seq.last = token
                     seq.remaining -= 1
                     if seq.streaming:
-                        seq.sender().send(self._response([token], seq.request))
+                        seq.sender().send(self._response([token], seq.request, generated=1))
             active = [s for s in active if s.remaining > 0]
         if not self.decoupled:
             return [self._final(s) for s in sequences]
@@ -227,7 +227,7 @@ class TritonPythonModel(CpuStandin):
         if seq.streaming:
             return None
         return self._response(seq.tokens if seq.exclude else [*seq.prompt.tolist(), *seq.tokens],
-                              seq.request)
+                              seq.request, generated=len(seq.tokens))
 
     def _sequence(self, request: Any) -> Sequence:
         prompt, streaming, exclude = self._parse(request)
