@@ -17,6 +17,9 @@ SIMULATED LLM API, which exports the same nv_trt_llm_* families from the LLM's i
 statistics), each with the signal that runtime is scaled on: Triton's pending requests for the
 engine backend, the backend's own waiting requests and KV-cache utilization for llmapi (its model
 takes requests from Triton at once, so they wait in the LLM, not in Triton's queue).
+KEDA-from-zero sends its held burst to Triton's HTTP port on `engine` and, on `llmapi`, to the
+OpenAI API's port (9000) with the official `openai` SDK: the activator holds and forwards that
+port too, and the request reaches the backend whose signal KEDA reads.
 
 Figures: each scenario prints `[measure]` lines (python -m pytest -s); docs/autoscaling.md
 records them.
@@ -25,13 +28,26 @@ records them.
 from __future__ import annotations
 
 import json
+import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
-from bench.autoscaling import ENSEMBLE, LLMAPI, Ask, Load, burst, summary
+from bench.autoscaling import (
+    ENSEMBLE,
+    LLMAPI,
+    PROMPT,
+    REQUEST_TIMEOUT,
+    Ask,
+    Load,
+    Outcome,
+    burst,
+    summary,
+)
 
 from tests.autoscaling.helpers import replica_managers, replica_writes
 from tests.cases import ROOT
@@ -68,6 +84,34 @@ def _answer_ok(text: str) -> bool:
     return text.startswith("hello world")
 
 
+def _openai_burst(address: str, model: str, n: int) -> list[Outcome]:
+    """`n` completions sent at once with the official `openai` SDK to host:port (a Service's
+    OpenAI port); their outcomes in send order. The stand-in repeats the prompt, so the answer
+    begins with its words."""
+    client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0,
+                           timeout=REQUEST_TIMEOUT)
+    outcomes: list[Outcome | None] = [None] * n
+
+    def send(i: int) -> None:
+        t0 = time.monotonic()
+        try:
+            text = client.completions.create(model=model, prompt=PROMPT,
+                                             max_tokens=8).choices[0].text
+        except Exception as exc:  # every failure a client would see counts
+            outcomes[i] = Outcome(t0, time.monotonic() - t0, f"{type(exc).__name__}: {exc}"[:300])
+            return
+        words = re.findall(r"[a-z]+", text)
+        outcomes[i] = Outcome(t0, time.monotonic() - t0,
+                              None if words[:2] == ["hello", "world"] else f"wrong answer {text!r}")
+
+    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=REQUEST_TIMEOUT + 10)
+    return [o if o is not None else Outcome(0.0, REQUEST_TIMEOUT, "no outcome") for o in outcomes]
+
+
 class Env:
     def __init__(self, cluster: LocalCluster, ns: str, stack: AutoscalingStack, op: Operator,
                  refs: dict[str, str]) -> None:
@@ -81,9 +125,9 @@ class Env:
         dep = self.kubectl_json("get", "deployment", name)
         return int(dep["spec"].get("replicas", 0)), int(dep["status"].get("readyReplicas", 0))
 
-    def url(self, name: str) -> str:
+    def url(self, name: str, port: int = c.HTTP_PORT) -> str:
         ip = self.kubectl_json("get", "svc", name)["spec"]["clusterIP"]
-        return f"{ip}:{c.HTTP_PORT}"
+        return f"{ip}:{port}"
 
     def diagnose(self) -> str:
         parts = [self.cluster.kubectl("get", "pods,deploy,hpa,scaledobject,tllm", "-n", self.ns,
@@ -219,9 +263,15 @@ def test_hpa_scales_out_on_queued_requests_and_back_with_no_failed_request(
 
 def test_every_dashboard_panel_returns_data_from_the_real_prometheus(env: Env) -> None:
     """The chart's Grafana dashboard: each panel's query, run against this Prometheus (which
-    scrapes the operator and the serving pods, with the chart's recording rules), returns
-    series. Runs after the HPA test, whose deployment served load and went through every phase.
+    scrapes the operator, the serving pods and their OpenAI frontends, with the chart's recording
+    rules), returns series. Runs after the HPA test, whose deployment served load and went
+    through every phase.
     """
+    # The OpenAI API panels read the frontends' metrics: requests through the OpenAI port of the
+    # llmapi HPA scenario's deployment (still serving) give them series.
+    name = _named("scale-hpa", "llmapi")
+    sent = _openai_burst(env.url(name, c.OPENAI_PORT), name, 2)
+    assert not [o.error for o in sent if o.error], [o.error for o in sent]
     dashboard = json.loads((RULES / "dashboard.json").read_text())
     queries = {p["title"]: t["expr"] for p in dashboard["panels"] for t in p["targets"]}
     assert len(queries) >= 8
@@ -269,7 +319,9 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env, runtime:
     wait_for(lambda: not env.kubectl_json("get", "pods", "-l", f"{c.LABEL_INSTANCE}={name},"
                                           f"{c.LABEL_COMPONENT}={c.COMPONENT_SERVER}")["items"],
              timeout=120, interval=0.5, what="no serving pod left")
-    url = env.url(name)  # the Service clients always use: now the activator's pods
+    # The Service clients always use, now the activator's pods: Triton's HTTP port (engine) or
+    # the OpenAI API's (llmapi, the official SDK).
+    url = env.url(name, c.HTTP_PORT if runtime == "engine" else c.OPENAI_PORT)
     # A deployment that KEDA takes to zero at once (its trigger idle when the ScaledObject is
     # made) has activator pods only seconds old: wait until the node routes the Service's
     # address to them (a connection accepted; no request is sent, so none is held), as for any
@@ -278,11 +330,13 @@ def test_keda_scales_from_zero_and_answers_every_held_request(env: Env, runtime:
              what="the Service's address routed to the activator")
 
     t0 = time.monotonic()
-    outcomes = burst(url, 4, check=_answer_ok, ask=ask)
+    outcomes = burst(url, 4, check=_answer_ok, ask=ask) if runtime == "engine" else \
+        _openai_burst(url, name, 4)
     errors = [o.error for o in outcomes if o.error is not None]
     assert not errors, f"{errors}\n{env.activator_logs(name)}\n{env.diagnose()}"
     first = min(o.started + o.seconds for o in outcomes) - t0
-    print(f"\n[measure] KEDA ({runtime}, {signal}): zero -> first answer {first:.1f} s "
+    via = "Triton HTTP" if runtime == "engine" else "OpenAI API, port 9000"
+    print(f"\n[measure] KEDA ({runtime}, {signal}, {via}): zero -> first answer {first:.1f} s "
           f"(engine or checkpoint on the store, pollingIntervalSeconds 2)")
     print(f"[measure] {summary(f'KEDA burst at zero ({runtime})', outcomes)}")
     assert env.replicas(name)[0] >= 1

@@ -361,7 +361,7 @@ def test_promtool_evaluates_the_keda_query_of_each_signal(
                                "exp_samples": [{"labels": "{}", "value": total}]}]}])
 
 
-# --- the OpenAI frontend ----------------------------------------------------------------------------
+# --- the OpenAI frontend ------------------------------------------------------------------------
 
 OPENAI_BUCKETS = ("0.1", "0.5", "1", "+Inf")
 

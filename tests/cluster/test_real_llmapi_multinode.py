@@ -8,6 +8,7 @@ examples/cpu-standin-llmapi-multinode.yaml is applied with kubectl (tp 2 across 
 rank per pod): rank 0 runs tritonserver with the llmapi model in the leader and serves through the
 operator's Service; rank 1 runs the LLM API's worker in the worker pod, with no tritonserver, and
 holds a TCP connection to the leader across the pod network, through the rendered NetworkPolicy.
+The leader's `openai` sidecar answers the official `openai` SDK through the Service's port 9000.
 Then the failures the engine runtime's groups recover from: a worker pod deleted (LeaderWorkerSet
 recreates the group), a rank killed (mpirun stops, the group is recreated rather than serving with
 a missing rank, and the operator says so: ServingPodFailed); and a verified rollout of the group
@@ -27,11 +28,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 
 from tests.cases import ROOT
 from tests.cluster.operator_harness import get_cr
-from tests.cluster.test_real_flow import EXPECTED_4, PROMPT
+from tests.cluster.test_real_flow import EXPECTED_4, PROMPT, _service_ip
 from tests.cluster.test_real_multinode import (
     Env,
     _events,
@@ -45,6 +47,7 @@ from tests.cluster.test_real_multinode import (
     wait_new_group,
 )
 from tests.helpers import example_body
+from tritonllm.api import constants as c
 from tritonllm_dev.local import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -122,6 +125,16 @@ def test_an_llmapi_group_of_two_pods_serves_with_one_rank_in_each(env: Env) -> N
     events = env.stream(NAME, {"text_input": PROMPT, env.asks(NAME)["length_input"]: 3,
                                "streaming": True})
     assert len(events) >= 2 and all("text_output" in e for e in events), events
+    # The OpenAI API of the group: the leader's `openai` sidecar (the worker has none), through
+    # the Service's port 9000, asked with the official SDK.
+    containers = {p["metadata"]["name"]: [ctr["name"] for ctr in p["spec"]["containers"]]
+                  for p in (leader, *workers)}
+    assert "openai" in containers[lname] and "openai" not in containers[wname], containers
+    sdk = openai.OpenAI(base_url=f"http://{_service_ip(env.cluster, env.ns, NAME)}:"
+                        f"{c.OPENAI_PORT}/v1", api_key="unused", max_retries=0, timeout=60)
+    answer = sdk.completions.create(model=NAME, prompt=PROMPT, max_tokens=4)
+    assert answer.choices[0].text.split() == EXPECTED_4.split(), answer
+    assert answer.usage is not None and answer.usage.completion_tokens == 4, answer
 
 
 def test_a_lost_llmapi_worker_pod_recreates_the_group(env: Env) -> None:
