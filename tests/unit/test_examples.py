@@ -163,7 +163,10 @@ def test_cpu_standin() -> None:
     dep = r.one("Deployment")
     triton = container(dep)
     assert triton["image"] == "127.0.0.1:5000/tritonllm/triton-standin:26.07-trtllm-python-py3"
-    assert triton["resources"]["limits"] == {"cpu": "1", "memory": "4Gi", c.GPU_RESOURCE: "2"}
+    assert triton["resources"]["limits"] == {"cpu": "900m", "memory": "4Gi", c.GPU_RESOURCE: "2"}
+    # With the OpenAI frontend's request, the pod asks one of the real node's two CPUs.
+    pod = r.one("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert sum(int(k["resources"]["requests"]["cpu"].removesuffix("m")) for k in pod) == 1000
     pvc = r.one("PersistentVolumeClaim")["spec"]
     assert pvc["storageClassName"] == "local-path" and pvc["accessModes"] == ["ReadWriteOnce"]
     real = {"key": "tritonllm.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
