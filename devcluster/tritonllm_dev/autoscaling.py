@@ -107,6 +107,10 @@ def _openai_job(kubeconfig: Path) -> dict[str, Any]:
              "action": "keep", "regex": "true"},
             {"source_labels": ["__meta_kubernetes_pod_container_port_name"],
              "action": "keep", "regex": "openai"},
+            # Not the scale-to-zero activator's `openai` port: it forwards to the serving pods,
+            # and at zero it holds the scrape as a request, which wakes the deployment up.
+            {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+             "action": "drop", "regex": "activator"},
             {"source_labels": ["__meta_kubernetes_pod_phase"],
              "action": "drop", "regex": "Pending|Succeeded|Failed"},
             {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"},

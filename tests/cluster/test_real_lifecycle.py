@@ -214,8 +214,13 @@ def delete_deployment(cluster: LocalCluster, ns: str, op: Operator | None) -> tu
     except Exception as exc:
         raise AssertionError(f"{exc}\n{_diagnose(cluster, ns, op)}") from exc
     assert cluster.kubectl("get", "tllme", key, "-n", ns, check=False).returncode != 0
-    (clean,) = _pods(cluster, ns, "engine-cleanup")
-    assert clean["status"]["phase"] == "Succeeded", clean["status"]
+    # The files are gone once its command ran; the pod reports Succeeded a moment later.
+    def cleaned() -> bool:
+        (clean,) = _pods(cluster, ns, "engine-cleanup")
+        assert clean["status"]["phase"] in ("Running", "Succeeded"), clean["status"]
+        return bool(clean["status"]["phase"] == "Succeeded")
+
+    wait_for(cleaned, timeout=30, interval=0.5, what="the engine cleanup pod Succeeded")
     return key, str(store)
 
 

@@ -286,8 +286,10 @@ class Pod:
 
     @contextlib.contextmanager
     def start(self, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+        """The serving pod's tritonserver container (its OpenAI frontend beside it runs from
+        the operator image on the real node: tests/cluster/test_real_openai.py)."""
         self.init()
-        (container,) = self.spec["containers"]
+        (container,) = [k for k in self.spec["containers"] if k["name"] == "triton"]
         with self.runner.container(container["image"]) as name, open(log, "wb") as out:
             proc = subprocess.Popen(self.argv(container, name), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)

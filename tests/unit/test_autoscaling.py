@@ -200,6 +200,12 @@ def test_pod_monitor_only_where_the_cluster_serves_it() -> None:
     assert monitor["spec"]["podTargetLabels"] == [c.LABEL_INSTANCE, c.LABEL_COMPONENT]
     ports = [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]]
     assert ports == ["metrics", "openai", "stats"]  # Triton's, the OpenAI frontend's, HAProxy's
+    # The activator's pods have an `openai` port too, which forwards: a scrape there at zero
+    # would be held as a request and wake the deployment. Only the frontends' is scraped.
+    (openai,) = [e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "openai"]
+    (drop,) = openai["relabelings"]
+    assert drop["sourceLabels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_component"]
+    assert (drop["regex"], drop["action"]) == ("activator", "drop")
 
 
 def test_switching_autoscalers_removes_what_the_old_one_needed() -> None:

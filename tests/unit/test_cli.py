@@ -144,3 +144,15 @@ def test_plain_pyyaml_reads_every_accepted_case_otherwise() -> None:
     nulls = {"nulls-are-pruned", "empty-values-are-null", "merge-key"}
     assert [c.id for c, d in zip(ACCEPTED, differs, strict=True) if not d] == [
         c.id for c in ACCEPTED if c.id in nulls]
+
+
+@pytest.mark.parametrize("text", ["6004e52833", "123", "0x1f", "0o17", "1_000", ".5", "y", "N",
+                                  "off", "~", "null", ""])
+def test_render_output_keeps_strings_kubectl_would_read_as_numbers_or_booleans(text: str) -> None:
+    """A label value such as a content hash (`6004e52833`) is a float to kubectl's YAML reader
+    (go-yaml v2), which PyYAML would write unquoted: the dump quotes it, and the strict loader
+    (kubectl's rules) reads it back as the same string."""
+    from tritonllm.cli import yamlio
+
+    out = yamlio.dump({"labels": {"key": text}})
+    assert yamlio.load_all(out) == [{"labels": {"key": text}}], out

@@ -16,8 +16,18 @@ class _Dumper(yaml.SafeDumper):
 
 def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
     # Multi-line strings (scripts, config files) as literal blocks: readable in `render` output.
+    # A string kubectl's YAML (go-yaml v2) would read as a number or a boolean is quoted, even
+    # where PyYAML would not: a content hash such as `6004e52833` is a float to go-yaml.
     style = "|" if "\n" in data else None
+    if style is None and _go_reads_other_than_str(data):
+        style = "'"
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+def _go_reads_other_than_str(text: str) -> bool:
+    if text in _GO_BOOLS or text in ("~", "null", "Null", "NULL", ""):
+        return True
+    return bool(re.match(r"^[-+.0-9]", text)) and not isinstance(_go_number(text), str)
 
 
 _Dumper.add_representer(str, _str_presenter)

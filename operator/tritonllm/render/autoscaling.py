@@ -24,6 +24,7 @@ docs/autoscaling.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,6 +141,11 @@ def hpa(dep: TritonLLMDeployment) -> dict[str, Any] | None:
     }
 
 
+def _label_name(key: str) -> str:
+    """A pod label key as Prometheus' service discovery names it (non-alphanumerics to `_`)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
 def _selector(dep: TritonLLMDeployment) -> str:
     return f'namespace="{dep.namespace}",{INSTANCE_SERIES_LABEL}="{dep.name}"'
 
@@ -232,9 +238,15 @@ def pod_monitor(
     activator's), rendered when the cluster serves the Prometheus operator's PodMonitor kind."""
     if not opts.pod_monitors:
         return None
-    endpoints = [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    endpoints: list[dict[str, Any]] = [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     if openai:
-        endpoints.append({"port": c.OPENAI_PORT_NAME, "path": "/metrics", "interval": "15s"})
+        # The frontends' own metrics, not the activator's `openai` port: that one forwards to
+        # the serving pods, and at zero it would hold each scrape as a request, which wakes the
+        # deployment up.
+        component = f"__meta_kubernetes_pod_label_{_label_name(c.LABEL_COMPONENT)}"
+        endpoints.append({"port": c.OPENAI_PORT_NAME, "path": "/metrics", "interval": "15s",
+                          "relabelings": [{"sourceLabels": [component],
+                                           "regex": COMPONENT_ACTIVATOR, "action": "drop"}]})
     if scales_to_zero(dep):
         endpoints.append({"port": "stats", "path": "/metrics", "interval": "15s"})
     return {
