@@ -279,6 +279,15 @@ def run_level(address: str, load: Load, concurrency: int, requests: int, stream:
     return summarise(concurrency, samples, time.perf_counter() - start, stream, counted)
 
 
+def _progress_bar(say: Callable[[str], None], level: int) -> Callable[[int, int], None]:
+    """A level's progress line: `n` of `total` requests answered."""
+    def progress(n: int, total: int) -> None:
+        width = 30
+        bar = "#" * (width * n // total)
+        say(f"\r  concurrency {level:>4}: [{bar:<{width}}] {n}/{total}")
+    return progress
+
+
 def bench(address: str, load: Load, levels: Sequence[int], requests: int,
           say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Every level against one target: the report (JSON-ready)."""
@@ -288,12 +297,8 @@ def bench(address: str, load: Load, levels: Sequence[int], requests: int,
                            "max_tokens": load.max_tokens, "prompt": load.prompt,
                            "requests_per_level": requests, "levels": []}
     for level in levels:
-        def progress(n: int, total: int, level: int = level) -> None:
-            width = 30
-            bar = "#" * (width * n // total)
-            say(f"\r  concurrency {level:>4}: [{bar:<{width}}] {n}/{total}")
         out["levels"].append(run_level(address, load, level, max(requests, level), stream,
-                                       progress))
+                                       _progress_bar(say, level)))
         say("\n")
     return out
 
@@ -444,12 +449,8 @@ def bench_openai(base: str, load: Load, levels: Sequence[int], requests: int,
                            "max_tokens": load.max_tokens, "prompt": load.prompt,
                            "requests_per_level": requests, "levels": []}
     for level in levels:
-        def progress(n: int, total: int, level: int = level) -> None:
-            width = 30
-            bar = "#" * (width * n // total)
-            say(f"\r  concurrency {level:>4}: [{bar:<{width}}] {n}/{total}")
-        out["levels"].append(run_level(base, load, level, max(requests, level), True, progress,
-                                       _openai_client_loop, "usage"))
+        out["levels"].append(run_level(base, load, level, max(requests, level), True,
+                                       _progress_bar(say, level), _openai_client_loop, "usage"))
         say("\n")
     return out
 

@@ -38,8 +38,8 @@ from .writes import Decision, EventNote, parse_time, rfc3339, want
 ANSWER_QUOTE = 200
 
 
-def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
-    """None when the answer passes; else what was wrong with it."""
+def _delivery(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
+    """What was wrong with how an answer came (none, not 200, too late), before its content."""
     if answer.status is None:
         return f"no answer after {answer.seconds:.1f} s: {answer.error}"
     if answer.status != 200:
@@ -47,6 +47,13 @@ def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
     if answer.seconds > request.maxLatencySeconds:
         return f"answered in {answer.seconds:.1f} s, above maxLatencySeconds " \
                f"{request.maxLatencySeconds:g}"
+    return None
+
+
+def judge(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
+    """None when the answer passes; else what was wrong with it."""
+    if (problem := _delivery(request, answer)) is not None:
+        return problem
     text = answer.text
     if text is None:  # why, when the handlers could tell (not JSON, too large)
         return answer.error[:ANSWER_QUOTE] or "the answer has no text_output"
@@ -84,13 +91,8 @@ def verdict(dep: TritonLLMDeployment, run: SmokeRun) -> tuple[bool, str]:
 def judge_openai(request: SmokeRequest, answer: SmokeAnswer) -> str | None:
     """The OpenAI request passes with HTTP 200, a choice with text and the usage (the handlers
     put what was missing in `error`), within the first request's latency bound."""
-    if answer.status is None:
-        return f"no answer after {answer.seconds:.1f} s: {answer.error}"
-    if answer.status != 200:
-        return f"HTTP {answer.status}: {answer.error[:ANSWER_QUOTE]}"
-    if answer.seconds > request.maxLatencySeconds:
-        return f"answered in {answer.seconds:.1f} s, above maxLatencySeconds " \
-               f"{request.maxLatencySeconds:g}"
+    if (problem := _delivery(request, answer)) is not None:
+        return problem
     if answer.text is None:
         return answer.error[:ANSWER_QUOTE] or "the answer has no choice with text"
     return None
