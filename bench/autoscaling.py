@@ -132,10 +132,15 @@ def one_request(url: str, max_tokens: int = MAX_TOKENS,
 def burst(url: str, n: int, check: Callable[[str], bool] | None = None,
           ask: Ask = ENSEMBLE) -> list[Outcome]:
     """`n` requests sent at once (each in its own thread); their outcomes in send order."""
+    return burst_of(n, lambda: one_request(url, check=check, ask=ask))
+
+
+def burst_of(n: int, request: Callable[[], Outcome]) -> list[Outcome]:
+    """`request` made `n` times at once (each in its own thread); outcomes in send order."""
     outcomes: list[Outcome | None] = [None] * n
 
     def send(i: int) -> None:
-        outcomes[i] = one_request(url, check=check, ask=ask)
+        outcomes[i] = request()
 
     threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(n)]
     for t in threads:

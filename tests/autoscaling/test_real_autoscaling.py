@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +45,7 @@ from bench.autoscaling import (
     Load,
     Outcome,
     burst,
+    burst_of,
     summary,
 )
 
@@ -90,26 +90,19 @@ def _openai_burst(address: str, model: str, n: int) -> list[Outcome]:
     begins with its words."""
     client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0,
                            timeout=REQUEST_TIMEOUT)
-    outcomes: list[Outcome | None] = [None] * n
 
-    def send(i: int) -> None:
+    def send() -> Outcome:
         t0 = time.monotonic()
         try:
             text = client.completions.create(model=model, prompt=PROMPT,
                                              max_tokens=8).choices[0].text
         except Exception as exc:  # every failure a client would see counts
-            outcomes[i] = Outcome(t0, time.monotonic() - t0, f"{type(exc).__name__}: {exc}"[:300])
-            return
+            return Outcome(t0, time.monotonic() - t0, f"{type(exc).__name__}: {exc}"[:300])
         words = re.findall(r"[a-z]+", text)
-        outcomes[i] = Outcome(t0, time.monotonic() - t0,
-                              None if words[:2] == ["hello", "world"] else f"wrong answer {text!r}")
+        return Outcome(t0, time.monotonic() - t0,
+                       None if words[:2] == ["hello", "world"] else f"wrong answer {text!r}")
 
-    threads = [threading.Thread(target=send, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=REQUEST_TIMEOUT + 10)
-    return [o if o is not None else Outcome(0.0, REQUEST_TIMEOUT, "no outcome") for o in outcomes]
+    return burst_of(n, send)
 
 
 class Env:
